@@ -1,0 +1,1 @@
+"""llama.cpp access: file checks, vocabulary compatibility, models with their KV caches."""

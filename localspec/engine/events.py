@@ -1,0 +1,100 @@
+"""What the engine yields: consumers (run, chat, bench) render these and nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token: int
+    text: str  # text released by this token (may be empty or include held-back text)
+    source: str | None  # the drafter that proposed it, or None for the target's own token
+
+
+@dataclass(frozen=True)
+class StepEvent:
+    drafter: str | None
+    drafted: int
+    accepted: int
+    emitted: int
+
+
+@dataclass(frozen=True)
+class NoticeEvent:
+    message: str
+
+
+@dataclass
+class DrafterStats:
+    drafted: int = 0
+    accepted: int = 0
+
+
+@dataclass
+class GenerationStats:
+    drafter: str = "none"
+    n_prompt: int = 0
+    n_prompt_evaluated: int = 0
+    n_generated: int = 0
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_steps: int = 0
+    prompt_s: float = 0.0
+    elapsed_s: float = 0.0
+    load_s: float = 0.0
+    drafters: dict[str, DrafterStats] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_drafted if self.n_drafted else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.n_generated / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def prompt_tokens_per_second(self) -> float:
+        return self.n_prompt_evaluated / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def mean_tokens_per_step(self) -> float:
+        return self.n_generated / self.n_steps if self.n_steps else 0.0
+
+    def record(self, source: str, drafted: int, accepted: int) -> None:
+        entry = self.drafters.setdefault(source, DrafterStats())
+        entry.drafted += drafted
+        entry.accepted += accepted
+        self.n_drafted += drafted
+        self.n_accepted += accepted
+
+    def to_dict(self) -> dict:
+        return {
+            "n_prompt": self.n_prompt,
+            "n_prompt_evaluated": self.n_prompt_evaluated,
+            "n_generated": self.n_generated,
+            "n_drafted": self.n_drafted,
+            "n_accepted": self.n_accepted,
+            "n_steps": self.n_steps,
+            "acceptance_rate": round(self.acceptance_rate, 6),
+            "mean_tokens_per_step": round(self.mean_tokens_per_step, 6),
+            "tokens_per_second": round(self.tokens_per_second, 3),
+            "elapsed_s": round(self.elapsed_s, 6),
+            "prompt_tokens_per_second": round(self.prompt_tokens_per_second, 3),
+            "prompt_s": round(self.prompt_s, 6),
+            "load_s": round(self.load_s, 6),
+            "drafter": self.drafter,
+            "drafters": {k: asdict(v) for k, v in self.drafters.items()},
+        }
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    stop_reason: str  # eos | length | stop | interrupted
+    stats: GenerationStats
+    tail: str  # text held back until the end (a partial stop string that never completed)
+    text: str  # the whole generated text
+    tokens: list[int]
+
+
+Event = TokenEvent | StepEvent | NoticeEvent | DoneEvent

@@ -1,0 +1,172 @@
+"""The speculative decoding loop: draft, verify in one target pass, keep the longest acceptable prefix.
+
+Symbols follow the papers: p is the target's distribution, q the draft's, d_1..d_k the drafted
+tokens. Target-only decoding is the same loop with empty drafts, so both share every line that
+picks a token.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.backend.model import DecodeAborted, Model, common_prefix
+from localspec.drafters.base import Draft, Drafter
+from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from localspec.engine.text import TextStream
+from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample
+
+MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    draft_max: int = 8
+    draft_min: int = 0
+
+    def validate(self) -> None:
+        if self.max_tokens < 1:
+            raise LocalspecError("-n/--max-tokens must be >= 1")
+        if self.draft_max < 1:
+            raise LocalspecError("--draft-max must be >= 1")
+        if self.draft_max > MAX_DRAFT:
+            raise LocalspecError(f"--draft-max must be <= {MAX_DRAFT}")
+        if self.draft_min < 0:
+            raise LocalspecError("--draft-min must be >= 0")
+        try:
+            self.sampling.validate()
+        except ValueError as e:
+            raise LocalspecError(str(e)) from None
+
+
+def verify(
+    logits: np.ndarray, draft: Draft, params: SamplingParams, rng: np.random.Generator
+) -> tuple[int, int]:
+    """Return (number of draft tokens accepted, the target's own next token).
+
+    logits[i] is the target's prediction after the batch's i-th token, i.e. for d_{i+1}."""
+    k = len(draft.tokens)
+    if params.greedy:
+        choices = np.argmax(logits[: k + 1], axis=1)
+        for i, d in enumerate(draft.tokens):
+            if int(choices[i]) != d:
+                return i, int(choices[i])
+        return k, int(choices[k])
+    for i, d in enumerate(draft.tokens):
+        p = distribution(logits[i], params)
+        q = draft.probs[i] if draft.probs is not None else None
+        accepted, token = accept_draft_token(p, q, d, rng)
+        if not accepted:
+            return i, token
+    return k, sample(distribution(logits[k], params), rng)
+
+
+class SpeculativeEngine:
+    def __init__(self, target: Model, drafter: Drafter | None, drafter_name: str = "none") -> None:
+        self.target = target
+        self.drafter = drafter
+        self.drafter_name = drafter_name if drafter else "none"
+
+    def generate(
+        self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
+    ) -> Iterator[Event]:
+        """Yield TokenEvent/StepEvent/NoticeEvent as tokens are accepted, then one DoneEvent."""
+        config.validate()
+        target = self.target
+        if not prompt:
+            raise LocalspecError("the prompt is empty")
+        if len(prompt) >= target.n_ctx:
+            raise LocalspecError(
+                f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx"
+            )
+        cancel = cancel or threading.Event()
+        rng = np.random.default_rng(config.seed)
+        stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt))
+        drafter = self.drafter
+        ctx = list(prompt)
+        generated: list[int] = []
+        stream = TextStream(config.stop)
+        stop_reason = ""
+
+        t_start = time.perf_counter()
+        try:
+            # The last prompt token goes into the first verification batch, so even the first
+            # generated token can come from the draft.
+            reused = self._prefill(ctx[:-1])
+            stats.n_prompt_evaluated = len(ctx) - reused
+            if drafter is not None:
+                drafter.begin(ctx)
+        except DecodeAborted:
+            stop_reason = "interrupted"
+        t_gen = time.perf_counter()
+        stats.prompt_s = t_gen - t_start
+
+        try:
+            while not stop_reason:
+                if cancel.is_set():
+                    stop_reason = "interrupted"
+                    break
+                room = target.n_ctx - len(ctx)
+                if room < 0:
+                    stop_reason = "length"
+                    break
+                k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
+                draft = Draft()
+                if drafter is not None and k_max >= max(1, config.draft_min):
+                    draft = drafter.propose(ctx, k_max, config.sampling, rng)
+                    if len(draft) < config.draft_min:
+                        draft = Draft()
+
+                logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
+                n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
+                emitted = [*draft.tokens[:n_acc], token]
+                if draft.tokens:
+                    drafter.feedback(draft, n_acc)  # type: ignore[union-attr]
+                    stats.record(draft.source, len(draft.tokens), n_acc)
+                if not target.truncate(len(ctx) + n_acc):
+                    # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
+                    # cache once and go on without speculation.
+                    self._prefill([*ctx, *emitted[:-1]])
+                    drafter = None
+                    yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
+                ctx.extend(emitted)
+                stats.n_steps += 1
+                yield StepEvent(draft.source or None, len(draft.tokens), n_acc, len(emitted))
+
+                for i, tok in enumerate(emitted):
+                    generated.append(tok)
+                    stats.n_generated += 1
+                    eog = target.is_eog(tok)
+                    text = "" if eog else stream.push(target.piece(tok))
+                    yield TokenEvent(tok, text, draft.source if i < n_acc else None)
+                    if eog:
+                        stop_reason = "eos"
+                    elif stream.stopped:
+                        stop_reason = "stop"
+                    elif len(generated) >= config.max_tokens:
+                        stop_reason = "length"
+                    if stop_reason:
+                        break
+        except DecodeAborted:
+            stop_reason = "interrupted"
+        stats.elapsed_s = time.perf_counter() - t_gen
+        tail = stream.finish()
+        yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
+
+    def _prefill(self, tokens: Sequence[int]) -> int:
+        """Make the target cache hold `tokens`; return how many were already cached."""
+        target = self.target
+        n = common_prefix(target.cached, tokens)
+        if not target.truncate(n):
+            n = 0
+        target.decode(tokens[n:], all_logits=False)
+        return n

@@ -1,0 +1,102 @@
+"""Build a ready engine from user choices: check files and vocabularies, load models, pick drafters."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.backend.gguf_file import check_gguf
+from localspec.backend.model import Model, ModelOptions, VocabModel
+from localspec.backend.vocab import check_compatible
+from localspec.drafters.base import Drafter
+from localspec.drafters.chain import ChainDrafter
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.speculative import SpeculativeEngine
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    model: Path
+    draft: Path | None = None
+    lookup: bool | None = None  # None: on when there is no draft model, off beside one
+    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_CTX
+    threads: int = 1
+    draft_threads: int = 1
+    gpu_layers: int = 0
+    draft_gpu_layers: int = 0
+    draft_max: int = 8
+    draft_p_min: float = 0.0
+    lookup_min: int = 2
+    lookup_max: int = 4
+    verbose: bool = False
+
+
+@dataclass
+class Loaded:
+    engine: SpeculativeEngine
+    target: Model
+    draft: Model | None
+    load_s: float
+
+    def close(self) -> None:
+        if self.draft is not None:
+            self.draft.close()
+        self.target.close()
+
+
+def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
+    t0 = time.perf_counter()
+    check_gguf(opts.model, "model")
+    if opts.draft is not None:
+        check_gguf(opts.draft, "draft")
+        with VocabModel(opts.model, opts.verbose) as vt, VocabModel(opts.draft, opts.verbose) as vd:
+            check_compatible(vt, vd)
+    target = Model(
+        opts.model,
+        ModelOptions(
+            n_ctx=opts.n_ctx,
+            n_threads=opts.threads,
+            n_threads_batch=opts.threads,
+            n_gpu_layers=opts.gpu_layers,
+            gpu_flag="--gpu-layers",
+            rollback_snapshots=opts.draft_max + 1,
+            verbose=opts.verbose,
+        ),
+        cancel,
+    )
+    draft_model = None
+    try:
+        if opts.draft is not None:
+            draft_model = Model(
+                opts.draft,
+                ModelOptions(
+                    n_ctx=target.n_ctx,
+                    n_threads=opts.draft_threads,
+                    n_threads_batch=opts.draft_threads,
+                    n_gpu_layers=opts.draft_gpu_layers,
+                    gpu_flag="--draft-gpu-layers",
+                    verbose=opts.verbose,
+                ),
+                cancel,
+            )
+    except BaseException:
+        target.close()
+        raise
+    drafters: list[Drafter] = []
+    lookup = opts.lookup if opts.lookup is not None else draft_model is None
+    if lookup:
+        drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
+    if draft_model is not None:
+        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min))
+    drafter: Drafter | None
+    if not drafters:
+        drafter, name = None, "none"
+    elif len(drafters) == 1:
+        drafter, name = drafters[0], drafters[0].name
+    else:
+        drafter, name = ChainDrafter(drafters), "chain"
+    engine = SpeculativeEngine(target, drafter, name)
+    return Loaded(engine, target, draft_model, time.perf_counter() - t0)

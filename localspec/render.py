@@ -1,0 +1,68 @@
+"""Plain rendering of engine events: text to stdout as it arrives, one summary line to stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import TextIO
+
+from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, TokenEvent
+
+
+def summary_line(stats: GenerationStats, stop_reason: str) -> str:
+    parts = [
+        f"{stats.n_generated} tokens in {stats.elapsed_s:.2f}s ({stats.tokens_per_second:.1f} tok/s)",
+        f"drafter {stats.drafter}",
+    ]
+    if stats.n_drafted:
+        parts.append(
+            f"accepted {stats.n_accepted}/{stats.n_drafted} drafted ({stats.acceptance_rate:.1%}), "
+            f"{stats.mean_tokens_per_step:.2f} tokens/pass"
+        )
+    parts.append(f"prompt {stats.n_prompt} tokens ({stats.prompt_tokens_per_second:.0f} tok/s)")
+    if stats.load_s:
+        parts.append(f"load {stats.load_s:.2f}s")
+    parts.append(f"stop: {stop_reason}")
+    return " · ".join(parts)
+
+
+def render_plain(events: Iterable[Event], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> DoneEvent:
+    done: DoneEvent | None = None
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            if ev.text:
+                out.write(ev.text)
+                out.flush()
+        elif isinstance(ev, NoticeEvent):
+            err.write(f"note: {ev.message}\n")
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None, "the engine always ends with a DoneEvent"
+    out.write(done.tail + "\n")
+    out.flush()
+    return done
+
+
+def collect(events: Iterable[Event], err: TextIO = sys.stderr) -> DoneEvent:
+    done: DoneEvent | None = None
+    for ev in events:
+        if isinstance(ev, NoticeEvent):
+            err.write(f"note: {ev.message}\n")
+        elif isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None, "the engine always ends with a DoneEvent"
+    return done
+
+
+def result_json(done: DoneEvent, seed: int | None) -> str:
+    return json.dumps(
+        {
+            "text": done.text,
+            "tokens": done.tokens,
+            "stop_reason": done.stop_reason,
+            "seed": seed,
+            "stats": done.stats.to_dict(),
+        },
+        ensure_ascii=False,
+    )

@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
+
+from localspec.backend.model import Model, ModelOptions  # noqa: E402
+from localspec.engine.events import DoneEvent  # noqa: E402
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
+from localspec.hardware import physical_cores  # noqa: E402
+
+TIE_TOLERANCE = 0.05  # llama.cpp's batched and single-token logits differ by ~1e-2 on CPU
+
+
+@dataclass(frozen=True)
+class TinyModels:
+    target: Path
+    close: Path  # perturbed copy of the target: high acceptance
+    poor: Path  # heavily perturbed copy: low acceptance, many rejections
+    other_vocab: Path  # same weights, one token's text changed
+    soft_target: Path  # low-confidence logits for the sampling distribution tests
+    soft_draft: Path
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
+    d = tmp_path_factory.mktemp("tiny")
+    return TinyModels(
+        target=write_tiny_llama(d / "target.gguf", TinySpec(seed=1)),
+        close=write_tiny_llama(d / "close.gguf", TinySpec(seed=2, perturb_from=1, perturb=0.03)),
+        poor=write_tiny_llama(d / "poor.gguf", TinySpec(seed=3, perturb_from=1, perturb=0.25)),
+        other_vocab=write_tiny_llama(d / "other.gguf", TinySpec(seed=1, renamed=((300, "zz"),))),
+        soft_target=write_tiny_llama(d / "soft_target.gguf", TinySpec(seed=7, logit_scale=0.12)),
+        soft_draft=write_tiny_llama(
+            d / "soft_draft.gguf", TinySpec(seed=8, perturb_from=7, perturb=0.3, logit_scale=0.12)
+        ),
+    )
+
+
+def model_options(n_ctx: int = 1024) -> ModelOptions:
+    cores = physical_cores()
+    return ModelOptions(n_ctx=n_ctx, n_threads=cores, n_threads_batch=cores)
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4() -> Path:
+    from localspec.defaults import embedded_model
+
+    return embedded_model()
+
+
+@pytest.fixture(scope="session")
+def smollm2_f16(tmp_path_factory: pytest.TempPathFactory, smollm2_q4: Path) -> Path:
+    import llama_cpp
+
+    dst = tmp_path_factory.mktemp("smol") / "smollm2-f16.gguf"
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_F16
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(str(smollm2_q4).encode(), str(dst).encode(), ctypes.byref(params))
+    assert rc == 0, "llama_model_quantize failed"
+    return dst
+
+
+def run_engine(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> DoneEvent:
+    done = None
+    for ev in engine.generate(prompt, config):
+        if isinstance(ev, DoneEvent):
+            done = ev
+    assert done is not None
+    return done
+
+
+def assert_greedy_equivalent(
+    target: Model, prompt: Sequence[int], expected: Sequence[int], got: Sequence[int]
+) -> int | None:
+    """Greedy speculative output must equal target-only output, or first differ where the target's
+    logits for the two tokens are within TIE_TOLERANCE (llama.cpp's batched/single-token noise).
+    Returns the index of such a tie, if any."""
+    n = min(len(expected), len(got))
+    first = next((i for i in range(n) if expected[i] != got[i]), None)
+    if first is None:
+        assert len(expected) == len(got), f"lengths differ without a differing token: {len(expected)} vs {len(got)}"
+        return None
+    logits = target.sync([*prompt, *expected[:first]])
+    a, b = expected[first], got[first]
+    margin = abs(float(logits[a]) - float(logits[b]))
+    assert margin <= TIE_TOLERANCE, f"outputs differ at token {first} ({a} vs {b}) with logit margin {margin:.4f}"
+    return first

@@ -1,0 +1,172 @@
+"""`localspec run` through a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TinyModels
+
+CLI = [sys.executable, "-m", "localspec"]
+
+
+def localspec(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([*CLI, *args], input=input, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def assert_one_line_error(res: subprocess.CompletedProcess, fragment: str) -> None:
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("error: ")
+    assert fragment in lines[0], lines[0]
+
+
+def test_json_output_fields(tiny: TinyModels):
+    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0", "--draft-max", "4", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert set(out) >= {"text", "tokens", "stop_reason", "stats"}
+    assert out["stop_reason"] == "length"
+    assert len(out["tokens"]) == 40
+    s = out["stats"]
+    for key in ("n_prompt", "n_generated", "n_drafted", "n_accepted", "acceptance_rate", "tokens_per_second",
+                "elapsed_s", "prompt_tokens_per_second", "load_s", "drafter", "drafters"):
+        assert key in s, key
+    assert s["drafter"] == "draft-model"
+    assert s["n_generated"] == 40
+    assert s["n_drafted"] > 0 and 0 < s["n_accepted"] <= s["n_drafted"]
+    assert s["acceptance_rate"] == pytest.approx(s["n_accepted"] / s["n_drafted"], abs=1e-5)
+    assert s["drafters"]["draft-model"] == {"drafted": s["n_drafted"], "accepted": s["n_accepted"]}
+    assert s["tokens_per_second"] > 0 and s["load_s"] > 0
+
+
+def test_greedy_cli_matches_target_alone(tiny: TinyModels):
+    base = json.loads(localspec("run", "-m", str(tiny.target), "-d", "none", "--no-lookup", "-p", "a dog", "-n", "30", "--temp", "0", "--json").stdout)
+    spec = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.poor), "-p", "a dog", "-n", "30", "--temp", "0", "--json").stdout)
+    assert base["stats"]["drafter"] == "none" and base["stats"]["acceptance_rate"] == 0.0
+    assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
+
+
+def test_no_draft_defaults_to_ngram_and_lookup_chains(tiny: TinyModels):
+    ngram = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat sat", "-n", "30", "--temp", "0", "--json").stdout)
+    assert ngram["stats"]["drafter"] == "ngram"
+    chain = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--lookup", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)
+    assert chain["stats"]["drafter"] == "chain"
+    assert chain["tokens"] == json.loads(localspec("run", "-m", str(tiny.target), "--no-lookup", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)["tokens"]
+    assert sum(v["drafted"] for v in chain["stats"]["drafters"].values()) == chain["stats"]["n_drafted"]
+
+
+def test_seed_reproducible_from_cli(tiny: TinyModels):
+    args = ("run", "-m", str(tiny.target), "-d", str(tiny.poor), "-p", "moon", "-n", "30", "--temp", "1", "--seed", "7", "--json")
+    a, b = json.loads(localspec(*args).stdout), json.loads(localspec(*args).stdout)
+    assert a["tokens"] == b["tokens"] and a["seed"] == 7
+
+
+def test_plain_mode_streams_text_and_prints_summary(tiny: TinyModels):
+    res = localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0")
+    assert res.returncode == 0
+    full = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0", "--json").stdout)
+    assert res.stdout == full["text"] + "\n"
+    assert "20 tokens" in res.stderr and "tok/s" in res.stderr
+
+
+def test_prompt_from_stdin_and_stop_string(tiny: TinyModels):
+    full = json.loads(localspec("run", "-m", str(tiny.target), "-n", "40", "--temp", "0", "--json", input="the cat").stdout)
+    text = full["text"]
+    assert len(text) > 6
+    stop = text[3:6]
+    res = json.loads(localspec("run", "-m", str(tiny.target), "-n", "40", "--temp", "0", "--json", "--stop", stop, input="the cat").stdout)
+    assert res["stop_reason"] == "stop"
+    assert res["text"] == text[: text.find(stop)]
+
+
+def test_embedded_default_model_runs():
+    res = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "--json")
+    assert res.returncode == 0, res.stderr
+    assert "SmolLM2" in res.stderr and "n-gram" in res.stderr
+    out = json.loads(res.stdout)
+    assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "ngram"
+
+
+def test_ctrl_c_stops_cleanly_with_stats(smollm2_q4: Path):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [*CLI, "run", "-m", str(smollm2_q4), "-p", "Count from 1 to 1000, one number per line.", "-n", "4000", "--temp", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    assert proc.stdout is not None
+    first = proc.stdout.read(8)  # wait until tokens stream
+    assert first
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert "Traceback" not in err.decode()
+    assert "stop: interrupted" in err.decode()
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--draft-max", "0"], "--draft-max must be >= 1"),
+        (["--draft-max", "-3"], "--draft-max must be >= 1"),
+        (["-n", "0"], "--max-tokens must be >= 1"),
+        (["--temp", "-1"], "--temp must be >= 0"),
+        (["--top-p", "0"], "--top-p"),
+        (["--draft-min", "-1"], "--draft-min"),
+        (["--ctx", "-5"], "--ctx"),
+        (["--threads", "0"], "--threads"),
+        (["--lookup-min", "3", "--lookup-max", "2"], "--lookup-max"),
+    ],
+)
+def test_bad_options(tiny: TinyModels, args, fragment):
+    assert_one_line_error(localspec("run", "-m", str(tiny.target), "-p", "x", *args), fragment)
+
+
+def test_missing_model_file(tmp_path: Path):
+    assert_one_line_error(localspec("run", "-m", str(tmp_path / "nope.gguf"), "-p", "x"), "model file not found")
+
+
+def test_not_a_gguf(tmp_path: Path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"not a model at all" * 10)
+    assert_one_line_error(localspec("run", "-m", str(bad), "-p", "x"), "not a GGUF file")
+
+
+def test_truncated_gguf_is_refused_and_left_alone(tiny: TinyModels, tmp_path: Path):
+    data = tiny.target.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    assert_one_line_error(localspec("run", "-m", str(cut), "-p", "x"), "truncated")
+    assert cut.stat().st_size == len(data) // 2
+    header_only = tmp_path / "header.gguf"
+    header_only.write_bytes(data[:40])
+    assert_one_line_error(localspec("run", "-m", str(header_only), "-p", "x"), "corrupt or truncated")
+
+
+def test_missing_draft_file(tiny: TinyModels, tmp_path: Path):
+    assert_one_line_error(localspec("run", "-m", str(tiny.target), "-d", str(tmp_path / "d.gguf"), "-p", "x"), "draft file not found")
+
+
+def test_incompatible_vocabulary_names_token(tiny: TinyModels):
+    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.other_vocab), "-p", "x")
+    assert_one_line_error(res, "token 300")
+    assert "'zz'" in res.stderr
+
+
+def test_prompt_longer_than_context(tiny: TinyModels):
+    res = localspec("run", "-m", str(tiny.target), "--ctx", "256", "-p", "the cat sat on the mat " * 20)
+    assert_one_line_error(res, "longer than the context")
+
+
+def test_no_prompt():
+    assert_one_line_error(localspec("run", "-m", "x.gguf", input=""), "no prompt")

@@ -1,0 +1,209 @@
+"""Losslessness on tiny random-weight models: greedy equality, rollback, sampling distribution."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from conftest import TinyModels, model_options, run_engine
+from scipy import stats
+
+from localspec.backend.model import Model
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.events import DoneEvent, StepEvent, TokenEvent
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.errors import LocalspecError
+from localspec.sampling import SamplingParams
+
+GREEDY = SamplingParams(temperature=0.0)
+PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "moon"]
+P_VALUE_FLOOR = 1e-3
+
+
+@pytest.fixture(scope="module")
+def target(tiny: TinyModels):
+    with Model(tiny.target, model_options()) as m:
+        yield m
+
+
+@pytest.fixture(scope="module", params=["close", "poor"])
+def draft_engine(request, tiny: TinyModels, target: Model):
+    with Model(getattr(tiny, request.param), model_options()) as d:
+        yield request.param, SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
+
+
+@pytest.fixture(scope="module")
+def baselines(target: Model) -> dict[str, list[int]]:
+    engine = SpeculativeEngine(target, None)
+    config = GenerationConfig(max_tokens=96, sampling=GREEDY)
+    return {p: run_engine(engine, target.tokenize(p), config).tokens for p in PROMPTS}
+
+
+@pytest.mark.parametrize("draft_max", range(1, 9))
+def test_greedy_draft_model_output_is_identical(draft_engine, target, baselines, draft_max):
+    name, engine = draft_engine
+    config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max)
+    rejected_steps = 0
+    for prompt, expected in baselines.items():
+        prompt_tokens = target.tokenize(prompt)
+        events = list(engine.generate(prompt_tokens, config))
+        done = events[-1]
+        assert isinstance(done, DoneEvent)
+        # Tiny models have wide logit margins: equality is exact, with no tie allowance.
+        assert done.tokens == expected
+        steps = [e for e in events if isinstance(e, StepEvent)]
+        rejected_steps += sum(1 for s in steps if s.accepted < s.drafted)
+        # After the last rollback the target cache holds exactly the context minus the pending token.
+        assert target.cached == [*prompt_tokens, *done.tokens[:-1]][: len(target.cached)]
+        assert done.stats.n_drafted > 0
+    if name == "poor":
+        assert rejected_steps > 20, "the poor draft must exercise many rollbacks"
+
+
+def test_acceptance_is_high_for_close_and_low_for_poor_draft(tiny, target):
+    rates = {}
+    for name in ("close", "poor"):
+        with Model(getattr(tiny, name), model_options()) as d:
+            engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
+            done = run_engine(engine, target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=4))
+            rates[name] = done.stats.acceptance_rate
+    assert rates["close"] > 0.6
+    assert rates["poor"] < rates["close"]
+
+
+def test_greedy_ngram_output_is_identical(target, baselines):
+    engine = SpeculativeEngine(target, NgramDrafter(1, 3), "ngram")
+    for draft_max in (1, 3, 8):
+        for prompt, expected in baselines.items():
+            done = run_engine(engine, target.tokenize(prompt), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max))
+            assert done.tokens == expected
+            assert set(done.stats.drafters) <= {"ngram"}
+
+
+def test_token_events_report_their_source_and_stats_add_up(tiny, target):
+    with Model(tiny.close, model_options()) as d:
+        engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
+        events = list(engine.generate(target.tokenize(PROMPTS[1]), GenerationConfig(max_tokens=50, sampling=GREEDY, draft_max=5)))
+    tokens = [e for e in events if isinstance(e, TokenEvent)]
+    steps = [e for e in events if isinstance(e, StepEvent)]
+    done = events[-1]
+    assert len(tokens) == done.stats.n_generated == len(done.tokens) == 50
+    assert sum(1 for t in tokens if t.source == "draft-model") <= done.stats.n_accepted
+    assert sum(s.accepted for s in steps) == done.stats.n_accepted
+    assert sum(s.drafted for s in steps) == done.stats.n_drafted
+    assert done.stats.drafters["draft-model"].accepted == done.stats.n_accepted
+    assert done.stats.n_steps == len(steps) < 50
+    assert "".join(t.text for t in tokens) + done.tail == done.text
+
+
+def test_draft_min_skips_short_drafts(tiny, target):
+    with Model(tiny.close, model_options()) as d:
+        engine = SpeculativeEngine(target, DraftModelDrafter(d, p_min=0.9999), "draft-model")
+        # With p-min near 1 drafts stop early; draft-min 4 then refuses every short draft.
+        done = run_engine(engine, target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=30, sampling=GREEDY, draft_max=8, draft_min=8))
+    assert done.stats.n_drafted == 0
+
+
+def test_seed_makes_sampling_reproducible(tiny, target):
+    with Model(tiny.poor, model_options()) as d:
+        engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
+        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=1234, draft_max=4)
+        prompt = target.tokenize(PROMPTS[0])
+        first = run_engine(engine, prompt, config).tokens
+        assert run_engine(engine, prompt, config).tokens == first
+        other = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=99, draft_max=4)
+        assert run_engine(engine, prompt, other).tokens != first
+
+
+def test_prompt_longer_than_context_is_refused(tiny):
+    with Model(tiny.target, model_options(n_ctx=256)) as m:  # llama.cpp's smallest context
+        engine = SpeculativeEngine(m, None)
+        with pytest.raises(LocalspecError, match="longer than the context"):
+            run_engine(engine, m.tokenize("the cat sat on the mat " * 12), GenerationConfig())
+
+
+def test_generation_stops_when_context_is_full(tiny):
+    with Model(tiny.target, model_options(n_ctx=256)) as m, Model(tiny.close, model_options(n_ctx=256)) as d:
+        engine = SpeculativeEngine(m, DraftModelDrafter(d), "draft-model")
+        prompt = m.tokenize("moon")
+        done = run_engine(engine, prompt, GenerationConfig(max_tokens=500, sampling=GREEDY, draft_max=8))
+    assert done.stop_reason == "length"
+    assert len(prompt) + len(done.tokens) == 257  # every position used, plus the token never evaluated
+
+
+def test_cancel_stops_generation(tiny, target):
+    import threading
+
+    cancel = threading.Event()
+    engine = SpeculativeEngine(target, None)
+    events = engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=500, sampling=GREEDY), cancel)
+    seen = 0
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            seen += 1
+            if seen == 5:
+                cancel.set()
+        if isinstance(ev, DoneEvent):
+            assert ev.stop_reason == "interrupted"
+            assert ev.stats.n_generated == 5
+
+
+# --- sampling: the output distribution must be the target's --------------------------------------
+
+N_SAMPLES = 2500
+
+
+def _first_tokens(engine: SpeculativeEngine, prompt: list[int], params: SamplingParams, n_tokens: int, seed0: int) -> Counter:
+    counts: Counter = Counter()
+    for i in range(N_SAMPLES):
+        config = GenerationConfig(max_tokens=n_tokens, sampling=params, seed=seed0 + i, draft_max=3)
+        counts[tuple(run_engine(engine, prompt, config).tokens)] += 1
+    return counts
+
+
+def _two_sample_pvalue(a: Counter, b: Counter) -> float:
+    keys = sorted(set(a) | set(b), key=lambda k: -(a[k] + b[k]))
+    table = [[a[k] for k in keys], [b[k] for k in keys]]
+    # Pool rare outcomes so that the chi-square approximation holds.
+    big = [i for i, k in enumerate(keys) if a[k] + b[k] >= 10]
+    rest = [i for i in range(len(keys)) if i not in big]
+    rows = [[row[i] for i in big] + [sum(row[i] for i in rest)] for row in table]
+    rows = [r[:-1] for r in rows] if sum(rows[0][-1:]) + sum(rows[1][-1:]) == 0 else rows
+    return float(stats.chi2_contingency(np.array(rows)).pvalue)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0), SamplingParams(temperature=1.0, top_k=8, top_p=0.9, min_p=0.05)],
+    ids=["plain", "filtered"],
+)
+def test_sampled_tokens_follow_target_distribution(tiny, params):
+    with Model(tiny.soft_target, model_options()) as t, Model(tiny.soft_draft, model_options()) as d:
+        prompt = t.tokenize("the big dog")
+        spec = SpeculativeEngine(t, DraftModelDrafter(d), "draft-model")
+        spec_counts = _first_tokens(spec, prompt, params, 2, seed0=0)
+        accepted = run_engine(spec, prompt, GenerationConfig(max_tokens=200, sampling=params, seed=5, draft_max=3)).stats
+        base_counts = _first_tokens(SpeculativeEngine(t, None), prompt, params, 2, seed0=10**6)
+        # The first token against its exact distribution.
+        from localspec.sampling import distribution
+
+        p = distribution(t.sync(prompt), params)
+        first = Counter()
+        for seq, c in spec_counts.items():
+            first[seq[0]] += c
+        support = np.flatnonzero(p)
+        observed = np.array([first[int(i)] for i in support])
+        assert sum(observed) == N_SAMPLES, "a token outside the target's support was emitted"
+        expected = p[support] * N_SAMPLES
+        big = expected >= 5
+        obs = np.append(observed[big], observed[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum())
+        if exp[-1] == 0:
+            obs, exp = obs[:-1], exp[:-1]
+        assert stats.chisquare(obs, exp).pvalue > P_VALUE_FLOOR
+        # The first two tokens jointly against target-only sampling.
+        assert _two_sample_pvalue(spec_counts, base_counts) > P_VALUE_FLOOR
+    # The test is only meaningful when drafts are both accepted and rejected.
+    assert 0.2 < accepted.acceptance_rate < 0.9, accepted.acceptance_rate

@@ -1,0 +1,109 @@
+"""Tiny random-weight llama GGUFs written with the `gguf` package, for fast, offline tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+WORDS = [
+    "the", "a", "cat", "dog", "sat", "on", "mat", "and", "ran", "to", "house", "big", "small",
+    "red", "blue", "tree", "sun", "moon", "is", "was", "in", "it", "of", "he", "she", "we",
+]
+SPECIALS = ["<unk>", "<s>", "</s>"]
+
+
+def vocabulary(renamed: dict[int, str] | None = None) -> tuple[list[str], list[float], list[int]]:
+    tokens = list(SPECIALS)
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    pieces = ["\u2581"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["\u2581" + w for w in WORDS]
+    pieces += ["\u00e9", "\u4e16", "\u2581\u00e9t\u00e9"]  # multi-byte UTF-8 pieces
+    tokens += pieces
+    types += [gguf.TokenType.NORMAL] * len(pieces)
+    for i, text in (renamed or {}).items():
+        tokens[i] = text
+    scores = [0.0] * len(SPECIALS) + [0.0] * 256 + [float(-i) for i in range(len(pieces))]
+    return tokens, scores, [int(t) for t in types]
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    seed: int = 0
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_ff: int = 128
+    n_ctx: int = 2048
+    logit_scale: float = 1.0  # std of output weights: large = confident, greedy-stable logits
+    perturb_from: int | None = None  # make weights = weights(seed=perturb_from) + noise(seed)
+    perturb: float = 0.0
+    renamed: tuple[tuple[int, str], ...] = ()
+
+
+def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    e, f = spec.n_embd, spec.n_ff
+
+    def mat(rows: int, cols: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
+
+    w = {
+        "token_embd.weight": mat(n_vocab, e, 1.0),
+        "output_norm.weight": np.ones(e, dtype=np.float32),
+        "output.weight": mat(n_vocab, e, spec.logit_scale),
+    }
+    w["output.weight"][2] = 0.0  # keep EOS unlikely so generations run long
+    for i in range(spec.n_layer):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(e, dtype=np.float32)
+        w[p + "ffn_norm.weight"] = np.ones(e, dtype=np.float32)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w[p + name + ".weight"] = mat(e, e, 1.0 / np.sqrt(e))
+        w[p + "ffn_gate.weight"] = mat(f, e, 1.0 / np.sqrt(e))
+        w[p + "ffn_up.weight"] = mat(f, e, 1.0 / np.sqrt(e))
+        w[p + "ffn_down.weight"] = mat(e, f, 1.0 / np.sqrt(f))
+    return w
+
+
+def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
+    tokens, scores, types = vocabulary(dict(spec.renamed))
+    n_vocab = len(tokens)
+    if spec.perturb_from is None:
+        weights = _weights(spec, n_vocab, spec.seed)
+    else:
+        weights = _weights(spec, n_vocab, spec.perturb_from)
+        noise = _weights(spec, n_vocab, spec.seed)
+        for name, value in weights.items():
+            if not name.endswith("norm.weight"):
+                value += spec.perturb * noise[name]
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_name(f"tiny-{spec.seed}")
+    w.add_block_count(spec.n_layer)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(spec.n_embd)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head)
+    w.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    for name, value in weights.items():
+        w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
