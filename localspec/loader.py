@@ -47,8 +47,8 @@ class Loaded:
         self.target.close()
 
 
-def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
-    t0 = time.perf_counter()
+def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tuple[Model, Model | None]:
+    """Check both files and their vocabularies before any weights are loaded, then load them."""
     check_gguf(opts.model, "model")
     if opts.draft is not None:
         check_gguf(opts.draft, "draft")
@@ -67,36 +67,44 @@ def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
         ),
         cancel,
     )
-    draft_model = None
+    if opts.draft is None:
+        return target, None
     try:
-        if opts.draft is not None:
-            draft_model = Model(
-                opts.draft,
-                ModelOptions(
-                    n_ctx=target.n_ctx,
-                    n_threads=opts.draft_threads,
-                    n_threads_batch=opts.draft_threads,
-                    n_gpu_layers=opts.draft_gpu_layers,
-                    gpu_flag="--draft-gpu-layers",
-                    verbose=opts.verbose,
-                ),
-                cancel,
-            )
+        draft = Model(
+            opts.draft,
+            ModelOptions(
+                n_ctx=target.n_ctx,
+                n_threads=opts.draft_threads,
+                n_threads_batch=opts.draft_threads,
+                n_gpu_layers=opts.draft_gpu_layers,
+                gpu_flag="--draft-gpu-layers",
+                verbose=opts.verbose,
+            ),
+            cancel,
+        )
     except BaseException:
         target.close()
         raise
+    return target, draft
+
+
+def build_drafter(draft_model: Model | None, lookup: bool, opts: LoadOptions) -> tuple[Drafter | None, str]:
+    """The drafter for a model pair: draft model, n-gram lookup, their chain, or none."""
     drafters: list[Drafter] = []
-    lookup = opts.lookup if opts.lookup is not None else draft_model is None
     if lookup:
         drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
     if draft_model is not None:
         drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min))
-    drafter: Drafter | None
     if not drafters:
-        drafter, name = None, "none"
-    elif len(drafters) == 1:
-        drafter, name = drafters[0], drafters[0].name
-    else:
-        drafter, name = ChainDrafter(drafters), "chain"
-    engine = SpeculativeEngine(target, drafter, name)
-    return Loaded(engine, target, draft_model, time.perf_counter() - t0)
+        return None, "none"
+    if len(drafters) == 1:
+        return drafters[0], drafters[0].name
+    return ChainDrafter(drafters), "chain"
+
+
+def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
+    t0 = time.perf_counter()
+    target, draft_model = load_models(opts, cancel)
+    lookup = opts.lookup if opts.lookup is not None else draft_model is None
+    drafter, name = build_drafter(draft_model, lookup, opts)
+    return Loaded(SpeculativeEngine(target, drafter, name), target, draft_model, time.perf_counter() - t0)

@@ -15,10 +15,8 @@ from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402
 from localspec.engine.events import DoneEvent  # noqa: E402
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
+from localspec.engine.ties import Divergence, compare_greedy  # noqa: E402
 from localspec.hardware import physical_cores  # noqa: E402
-
-TIE_TOLERANCE = 0.05  # llama.cpp's batched and single-token logits differ by ~1e-2 on CPU
-
 
 @dataclass(frozen=True)
 class TinyModels:
@@ -81,17 +79,8 @@ def run_engine(engine: SpeculativeEngine, prompt: Sequence[int], config: Generat
 
 def assert_greedy_equivalent(
     target: Model, prompt: Sequence[int], expected: Sequence[int], got: Sequence[int]
-) -> int | None:
-    """Greedy speculative output must equal target-only output, or first differ where the target's
-    logits for the two tokens are within TIE_TOLERANCE (llama.cpp's batched/single-token noise).
-    Returns the index of such a tie, if any."""
-    n = min(len(expected), len(got))
-    first = next((i for i in range(n) if expected[i] != got[i]), None)
-    if first is None:
-        assert len(expected) == len(got), f"lengths differ without a differing token: {len(expected)} vs {len(got)}"
-        return None
-    logits = target.sync([*prompt, *expected[:first]])
-    a, b = expected[first], got[first]
-    margin = abs(float(logits[a]) - float(logits[b]))
-    assert margin <= TIE_TOLERANCE, f"outputs differ at token {first} ({a} vs {b}) with logit margin {margin:.4f}"
-    return first
+) -> Divergence | None:
+    """Greedy speculative output must equal target-only output, or first differ at a tie."""
+    div = compare_greedy(target, prompt, expected, got)
+    assert div is None or div.is_tie, f"outputs differ at token {div.index} ({div.expected} vs {div.got}), logit margin {div.margin:.4f}"
+    return div

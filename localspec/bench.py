@@ -1,0 +1,194 @@
+"""Benchmark drafting modes against the target alone on the same prompts (engine-level, no terminal code)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from localspec.backend.model import Model
+from localspec.drafters.base import Drafter
+from localspec.engine.events import DoneEvent
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.engine.ties import compare_greedy
+from localspec.errors import LocalspecError
+from localspec.prompt import prompt_tokens
+
+BASELINE = "baseline"
+
+
+@dataclass(frozen=True)
+class BenchPrompt:
+    id: str
+    category: str
+    text: str
+
+
+def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int = 0) -> list[BenchPrompt]:
+    """Spec-Bench JSONL (`question_id`, `category`, `turns`); `limit` prompts per category (0: all)."""
+    if path is None:
+        text = resources.files("localspec").joinpath("bench_prompts.jsonl").read_text(encoding="utf-8")
+        source = "the built-in prompt set"
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise LocalspecError(f"cannot read prompts {path}: {e.strerror}") from None
+        source = str(path)
+    prompts: list[BenchPrompt] = []
+    per_category: dict[str, int] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            prompt = BenchPrompt(str(row.get("question_id", n)), str(row["category"]), str(row["turns"][0]))
+        except (ValueError, KeyError, IndexError, TypeError):
+            raise LocalspecError(f"{source}, line {n}: expected JSON with 'category' and 'turns'") from None
+        if categories and prompt.category not in categories:
+            continue
+        if limit and per_category.get(prompt.category, 0) >= limit:
+            continue
+        per_category[prompt.category] = per_category.get(prompt.category, 0) + 1
+        prompts.append(prompt)
+    if not prompts:
+        raise LocalspecError(f"no prompts selected from {source}")
+    return prompts
+
+
+@dataclass
+class Sample:
+    mode: str
+    prompt: BenchPrompt
+    tokens_per_second: float
+    n_generated: int
+    n_drafted: int
+    n_accepted: int
+    n_steps: int
+    tokens: list[int]
+    prompt_tokens: list[int]
+
+
+@dataclass
+class ModeSummary:
+    mode: str
+    category: str
+    tokens_per_second: float  # median over prompts
+    speedup: float  # median over prompts of the per-prompt ratio to baseline
+    acceptance_rate: float
+    mean_accepted_length: float  # tokens emitted per target pass
+    n_prompts: int
+
+
+@dataclass
+class BenchResult:
+    samples: list[Sample] = field(default_factory=list)
+    ties: list[dict] = field(default_factory=list)
+    mismatches: list[dict] = field(default_factory=list)
+
+    def summaries(self) -> list[ModeSummary]:
+        modes = list(dict.fromkeys(s.mode for s in self.samples))
+        categories = list(dict.fromkeys(s.prompt.category for s in self.samples))
+        out = []
+        for category in [*categories, "all"]:
+            for mode in modes:
+                out.append(self._summary(mode, category))
+        return out
+
+    def _summary(self, mode: str, category: str) -> ModeSummary:
+        chosen = [s for s in self.samples if s.mode == mode and category in ("all", s.prompt.category)]
+        per_prompt: dict[str, list[Sample]] = {}
+        for s in chosen:
+            per_prompt.setdefault(s.prompt.id, []).append(s)
+        base: dict[str, list[float]] = {}
+        for s in self.samples:
+            if s.mode == BASELINE:
+                base.setdefault(s.prompt.id, []).append(s.tokens_per_second)
+        tps = {pid: statistics.median(x.tokens_per_second for x in runs) for pid, runs in per_prompt.items()}
+        base_tps = {pid: statistics.median(v) for pid, v in base.items()}
+        ratios = [tps[pid] / base_tps[pid] for pid in tps if base_tps.get(pid, 0) > 0]
+        drafted = sum(s.n_drafted for s in chosen)
+        steps = sum(s.n_steps for s in chosen)
+        return ModeSummary(
+            mode=mode,
+            category=category,
+            tokens_per_second=statistics.median(tps.values()) if tps else 0.0,
+            speedup=statistics.median(ratios) if ratios else 0.0,
+            acceptance_rate=sum(s.n_accepted for s in chosen) / drafted if drafted else 0.0,
+            mean_accepted_length=sum(s.n_generated for s in chosen) / steps if steps else 0.0,
+            n_prompts=len(per_prompt),
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "summary": [vars(s) for s in self.summaries()],
+            "ties": self.ties,
+            "mismatches": self.mismatches,
+            "samples": [
+                {
+                    "mode": s.mode,
+                    "prompt_id": s.prompt.id,
+                    "category": s.prompt.category,
+                    "tokens_per_second": s.tokens_per_second,
+                    "n_generated": s.n_generated,
+                    "n_drafted": s.n_drafted,
+                    "n_accepted": s.n_accepted,
+                    "n_steps": s.n_steps,
+                }
+                for s in self.samples
+            ],
+        }
+
+
+def _generate(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> DoneEvent:
+    for ev in engine.generate(prompt, config):
+        if isinstance(ev, DoneEvent):
+            return ev
+    raise AssertionError("the engine always ends with a DoneEvent")
+
+
+def run_bench(
+    target: Model,
+    drafters: dict[str, Drafter | None],
+    prompts: Sequence[BenchPrompt],
+    config: GenerationConfig,
+    repeat: int = 1,
+    raw: bool = False,
+    progress: Callable[[str], None] = lambda _msg: None,
+) -> Iterator[Sample]:
+    """Yield one Sample per (prompt, mode, repeat); modes run interleaved per prompt so that machine
+    drift affects them alike. Greedy runs are compared with the baseline's tokens by the tie rule."""
+    engines = {mode: SpeculativeEngine(target, d, d.name if d else "none") for mode, d in drafters.items()}
+    warm = prompt_tokens(target, "Hello", raw)
+    for engine in engines.values():
+        _generate(engine, warm, GenerationConfig(max_tokens=8, sampling=config.sampling, seed=0, draft_max=config.draft_max))
+    for prompt in prompts:
+        tokens = prompt_tokens(target, prompt.text, raw)
+        if len(tokens) + config.max_tokens + config.draft_max + 1 > target.n_ctx:
+            progress(f"skipped {prompt.id}: prompt of {len(tokens)} tokens does not fit --ctx")
+            continue
+        for r in range(repeat):
+            for mode, engine in engines.items():
+                done = _generate(engine, tokens, config)
+                s = done.stats
+                progress(f"{prompt.category} {prompt.id} {mode} #{r + 1}: {s.tokens_per_second:.1f} tok/s")
+                yield Sample(mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps, done.tokens, tokens)
+
+
+def check_greedy(target: Model, result: BenchResult) -> None:
+    """Fill result.ties and result.mismatches from the samples (greedy runs only)."""
+    reference = {s.prompt.id: s.tokens for s in result.samples if s.mode == BASELINE}
+    seen: set[tuple[str, str]] = set()
+    for s in result.samples:
+        key = (s.mode, s.prompt.id)
+        if s.mode == BASELINE or key in seen or s.prompt.id not in reference:
+            continue
+        seen.add(key)
+        div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens)
+        if div is None:
+            continue
+        entry = {"mode": s.mode, "prompt_id": s.prompt.id, "index": div.index, "expected": div.expected, "got": div.got, "margin": div.margin}
+        (result.ties if div.is_tie else result.mismatches).append(entry)

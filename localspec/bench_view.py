@@ -1,0 +1,52 @@
+"""Rich rendering of `localspec bench`: a progress bar while running, a table at the end."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from localspec.bench import BenchResult
+
+
+class BenchProgress:
+    def __init__(self, total: int, quiet: bool = False) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}"), console=Console(stderr=True), disable=quiet,
+        )
+        self._task = self._progress.add_task("", total=total)
+
+    def __enter__(self) -> BenchProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._progress.stop()
+
+    def note(self, message: str) -> None:
+        self._progress.update(self._task, description=message)
+
+    def advance(self) -> None:
+        self._progress.advance(self._task)
+
+
+def render_table(result: BenchResult, console: Console | None = None) -> None:
+    console = console or Console()
+    table = Table(title="localspec bench (medians over prompts)")
+    for col in ("category", "mode", "prompts", "tok/s", "speedup", "acceptance", "tokens/pass"):
+        table.add_column(col, justify="left" if col in ("category", "mode") else "right")
+    last = None
+    for s in result.summaries():
+        if last is not None and s.category != last:
+            table.add_section()
+        last = s.category
+        table.add_row(
+            s.category, s.mode, str(s.n_prompts), f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
+            f"{s.acceptance_rate:.1%}" if s.mode != "baseline" else "-", f"{s.mean_accepted_length:.2f}",
+        )
+    console.print(table)
+    for t in result.ties:
+        console.print(f"tie: {t['mode']} prompt {t['prompt_id']} token {t['index']} (logit margin {t['margin']:.4f})")
+    for m in result.mismatches:
+        console.print(f"[red]MISMATCH[/red]: {m['mode']} prompt {m['prompt_id']} token {m['index']}: {m['expected']} vs {m['got']} (margin {m['margin']:.4f})")

@@ -1,0 +1,109 @@
+"""`localspec bench`: drafting modes against the target alone, on the same prompts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localspec.cli_options import (
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftThreadsOpt,
+    GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelArgs, ModelOpt, RawOpt, TempOpt, ThreadsOpt,
+    VerboseOpt, fail, user_errors,
+)
+
+MODES = ("baseline", "draft", "ngram", "chain")
+
+
+def bench(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="Spec-Bench style JSONL (category, turns[0]); default: a small built-in set.")] = None,
+    category: Annotated[list[str] | None, typer.Option("--category", help="Only this category (repeatable).")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many prompts per category (0: all).")] = 0,
+    max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens generated per prompt.")] = 128,
+    modes: Annotated[str, typer.Option("--modes", help=f"Comma-separated modes: {', '.join(MODES)}.")] = "",
+    repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
+    temp: TempOpt = 0.0,
+    ctx: CtxOpt = None,
+    threads: ThreadsOpt = None,
+    draft_threads: DraftThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = None,
+    draft_gpu_layers: DraftGpuLayersOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
+    draft_p_min: DraftPMinOpt = None,
+    lookup_min: LookupMinOpt = None,
+    lookup_max: LookupMaxOpt = None,
+    raw: RawOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure tokens/sec, speedup and acceptance of each drafting mode; greedy runs are checked
+    token by token against the target alone (exit code 1 on any difference that is not a tie)."""
+    from localspec.bench import BASELINE, BenchResult, check_greedy, load_prompts, run_bench
+    from localspec.bench_view import BenchProgress, render_table
+    from localspec.drafters.chain import ChainDrafter
+    from localspec.drafters.draft_model import DraftModelDrafter
+    from localspec.drafters.ngram import NgramDrafter
+    from localspec.engine.speculative import GenerationConfig
+    from localspec.loader import load_models
+
+    args = ModelArgs(
+        model, draft, None, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, ctx=ctx, temp=temp,
+                   lookup_min=lookup_min, lookup_max=lookup_max),
+    )
+    has_draft = draft is not None and draft.lower() != "none"
+    chosen = [m.strip() for m in modes.split(",") if m.strip()] or (
+        ["baseline", "draft", "ngram"] if has_draft else ["baseline", "ngram"]
+    )
+    unknown = [m for m in chosen if m not in MODES]
+    if unknown:
+        raise fail(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
+    if not has_draft and {"draft", "chain"} & set(chosen):
+        raise fail("modes 'draft' and 'chain' need a draft model (-d)")
+    if repeat < 1 or limit < 0:
+        raise fail("--repeat must be >= 1 and --limit >= 0")
+    if BASELINE not in chosen:
+        chosen.insert(0, BASELINE)
+    result = BenchResult()
+    with user_errors():
+        load_options, settings = args.prepare()
+        config = GenerationConfig(
+            max_tokens=max_tokens, sampling=settings.sampling(), seed=0,
+            draft_max=settings.draft_max, draft_min=settings.draft_min,
+        )
+        config.validate()
+        selected = load_prompts(prompts, category or (), limit)
+        target, draft_model = load_models(load_options)
+        try:
+            drafters = {}
+            for mode in chosen:
+                if mode == "draft":
+                    drafters[mode] = DraftModelDrafter(draft_model, settings.draft_p_min)
+                elif mode == "ngram":
+                    drafters[mode] = NgramDrafter(settings.lookup_min, settings.lookup_max)
+                elif mode == "chain":
+                    drafters[mode] = ChainDrafter([NgramDrafter(settings.lookup_min, settings.lookup_max), DraftModelDrafter(draft_model, settings.draft_p_min)])
+                else:
+                    drafters[mode] = None
+            total = len(selected) * len(chosen) * repeat
+            with BenchProgress(total, quiet=json_out) as progress:
+                for sample in run_bench(target, drafters, selected, config, repeat, raw, progress.note):
+                    result.samples.append(sample)
+                    progress.advance()
+            if config.sampling.greedy:
+                check_greedy(target, result)
+        finally:
+            if draft_model is not None:
+                draft_model.close()
+            target.close()
+    if json_out:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        render_table(result)
+    if result.mismatches:
+        raise typer.Exit(1)

@@ -1,0 +1,39 @@
+"""The tie rule for comparing greedy outputs: llama.cpp's batched (verification) and single-token
+logits differ by ~1e-2 on CPU, so two greedy runs may part ways where the target's two best tokens
+are that close. Any other difference is a bug."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localspec.backend.model import Model
+
+TIE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Divergence:
+    index: int  # first position where the outputs differ
+    expected: int | None  # token there in the reference output (None: it ended first)
+    got: int | None
+    margin: float  # |logit(expected) - logit(got)| under the target; inf when one output ended
+
+    @property
+    def is_tie(self) -> bool:
+        return self.margin <= TIE_TOLERANCE
+
+
+def compare_greedy(target: Model, prompt: Sequence[int], expected: Sequence[int], got: Sequence[int]) -> Divergence | None:
+    """None when the outputs are identical, else where and how they first differ."""
+    n = min(len(expected), len(got))
+    first = next((i for i in range(n) if expected[i] != got[i]), None)
+    if first is None:
+        if len(expected) == len(got):
+            return None
+        # One run stopped earlier (a length limit or end of generation reached at another point).
+        longer = expected if len(expected) > len(got) else got
+        return Divergence(n, expected[n] if longer is expected else None, got[n] if longer is got else None, float("inf"))
+    logits = target.sync([*prompt, *expected[:first]])
+    a, b = expected[first], got[first]
+    return Divergence(first, a, b, abs(float(logits[a]) - float(logits[b])))

@@ -1,0 +1,159 @@
+"""Model aliases: target + draft GGUF pairs on the Hugging Face Hub, from models.toml files.
+
+Read in order, later files replacing earlier aliases whole: the shipped models.toml, the user's
+`<config dir>/models.toml`, then the file named by LOCALSPEC_REGISTRY."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from localspec.errors import LocalspecError
+
+APP_NAME = "localspec"
+REGISTRY_ENV = "LOCALSPEC_REGISTRY"
+# Recommended settings an alias may carry, with the type each must have; CLI flags override them.
+SETTINGS: dict[str, type | tuple[type, ...]] = {
+    "draft_max": int,
+    "draft_min": int,
+    "draft_p_min": (int, float),
+    "ctx": int,
+    "temp": (int, float),
+    "top_k": int,
+    "top_p": (int, float),
+    "min_p": (int, float),
+    "lookup_min": int,
+    "lookup_max": int,
+}
+FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    repo: str
+    quant: str | None = None
+    file: str | None = None
+    revision: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.repo}:{self.file or self.quant}" + (f"@{self.revision}" if self.revision else "")
+
+
+@dataclass(frozen=True)
+class Alias:
+    name: str
+    description: str
+    target: FileSpec
+    draft: FileSpec | None
+    settings: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass
+class Registry:
+    aliases: dict[str, Alias] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # alias -> what is wrong with its entry
+
+    def get(self, name: str) -> Alias:
+        if name in self.aliases:
+            return self.aliases[name]
+        if name in self.errors:
+            raise LocalspecError(self.errors[name])
+        close = difflib.get_close_matches(name, list(self.aliases), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else "; `localspec models` lists them"
+        raise LocalspecError(f"unknown model alias {name!r}{hint}")
+
+
+def user_registry_path() -> Path:
+    return Path(platformdirs.user_config_dir(APP_NAME)) / "models.toml"
+
+
+def load_registry() -> Registry:
+    registry = Registry()
+    shipped = resources.files("localspec").joinpath("models.toml").read_text(encoding="utf-8")
+    _merge(registry, shipped, "shipped models.toml")
+    sources = [user_registry_path()]
+    if os.environ.get(REGISTRY_ENV):
+        sources.append(Path(os.environ[REGISTRY_ENV]).expanduser())
+    for path in sources:
+        if path.is_file():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except OSError as e:
+                raise LocalspecError(f"cannot read registry {path}: {e.strerror}") from None
+            _merge(registry, text, str(path))
+        elif path != sources[0]:
+            raise LocalspecError(f"{REGISTRY_ENV} names a file that does not exist: {path}")
+    return registry
+
+
+def _merge(registry: Registry, text: str, source: str) -> None:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise LocalspecError(f"{source} is not valid TOML: {e}") from None
+    for name, entry in data.items():
+        registry.aliases.pop(name, None)
+        registry.errors.pop(name, None)
+        try:
+            registry.aliases[name] = parse_alias(name, entry, source)
+        except ValueError as e:
+            registry.errors[name] = f"{source}: alias {name!r}: {e}"
+
+
+def _file_spec(value: Any, key: str) -> FileSpec:
+    if not isinstance(value, dict):
+        raise ValueError(f"{key} must be a table like {{ repo = \"owner/name\", quant = \"Q4_K_M\" }}")
+    unknown = set(value) - {"repo", "quant", "file", "revision"}
+    if unknown:
+        raise ValueError(f"{key}.{sorted(unknown)[0]} is not a known field")
+    repo = value.get("repo")
+    if not isinstance(repo, str) or repo.count("/") != 1 or not all(repo.split("/")):
+        raise ValueError(f"{key}.repo must be 'owner/name'")
+    quant, file = value.get("quant"), value.get("file")
+    if (quant is None) == (file is None):
+        raise ValueError(f"{key} needs exactly one of quant or file")
+    for sub in ("quant", "file", "revision"):
+        if value.get(sub) is not None and not isinstance(value[sub], str):
+            raise ValueError(f"{key}.{sub} must be a string")
+    if file is not None and not file.endswith(".gguf"):
+        raise ValueError(f"{key}.file must name a .gguf file")
+    return FileSpec(repo, quant, file, value.get("revision"))
+
+
+def parse_alias(name: str, entry: Any, source: str = "") -> Alias:
+    if not isinstance(entry, dict):
+        raise ValueError("must be a table")
+    if "target" not in entry:
+        raise ValueError("target is missing")
+    known = {"description", "target", "draft", *SETTINGS, *FACTS}
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise ValueError(f"{unknown[0]} is not a known field")
+    description = entry.get("description", "")
+    if not isinstance(description, str):
+        raise ValueError("description must be a string")
+    values = {}
+    for key, kinds in {**SETTINGS, **FACTS}.items():
+        if key in entry:
+            value = entry[key]
+            if not isinstance(value, kinds) or (kinds is int and isinstance(value, bool)):
+                raise ValueError(f"{key} has the wrong type")
+            values[key] = value
+    return Alias(
+        name=name,
+        description=description,
+        target=_file_spec(entry["target"], "target"),
+        draft=_file_spec(entry["draft"], "draft") if "draft" in entry else None,
+        settings={k: v for k, v in values.items() if k in SETTINGS},
+        facts={k: v for k, v in values.items() if k in FACTS},
+        source=source,
+    )

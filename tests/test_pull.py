@@ -1,0 +1,205 @@
+"""`localspec pull/models/rm` and `run -m ALIAS` against a local stand-in for the Hub (real
+huggingface_hub code paths, no network)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import TinyModels
+from hub_server import FakeHub
+
+REGISTRY = """
+["pair"]
+description = "tiny target with tiny draft"
+target = { repo = "test/target-GGUF", quant = "Q4_K_M" }
+draft = { repo = "test/draft-GGUF", quant = "Q8_0" }
+draft_max = 3
+license = "test"
+
+["pair2"]
+description = "another target sharing the draft"
+target = { repo = "test/target-GGUF", quant = "Q8_0" }
+draft = { repo = "test/draft-GGUF", quant = "Q8_0" }
+
+["split"]
+target = { repo = "test/split-GGUF", quant = "Q6_K" }
+
+["big"]
+target = { repo = "test/big-GGUF", quant = "Q4_0" }
+
+["gated"]
+target = { repo = "test/gated-GGUF", quant = "Q4_K_M" }
+
+["missing"]
+target = { repo = "test/target-GGUF", quant = "Q2_K" }
+
+["broken"]
+target = { repo = "test/target-GGUF" }
+"""
+
+
+@pytest.fixture()
+def hub(tiny: TinyModels, tmp_path: Path):
+    fake = FakeHub()
+    target, draft = tiny.target.read_bytes(), tiny.close.read_bytes()
+    fake.repos = {
+        "test/target-GGUF": {"README.md": b"# tiny", "tiny-Q4_K_M.gguf": target, "tiny-Q8_0.gguf": target},
+        "test/draft-GGUF": {"draft-Q8_0.gguf": draft},
+        "test/split-GGUF": {
+            "Q6_K/s-Q6_K-00001-of-00002.gguf": b"part one" * 1000,
+            "Q6_K/s-Q6_K-00002-of-00002.gguf": b"part two" * 1000,
+        },
+        "test/gated-GGUF": {"g-Q4_K_M.gguf": target},
+    }
+    fake.gated = {"test/gated-GGUF"}
+    url = fake.start()
+    (tmp_path / "registry.toml").write_text(REGISTRY)
+    yield fake, url, tmp_path
+    fake.stop()
+
+
+def cli(hub_env, *args: str, offline: bool = False) -> subprocess.CompletedProcess:
+    _, url, home = hub_env
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(
+        HF_ENDPOINT=url,
+        HF_HOME=str(home / "hf"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_DATA_HOME=str(home / "data"),
+        LOCALSPEC_REGISTRY=str(home / "registry.toml"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",
+        PYTHONUNBUFFERED="1",
+    )
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def one_line_error(res: subprocess.CompletedProcess) -> str:
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+def models_json(hub_env) -> dict:
+    res = cli(hub_env, "models", "--json")
+    assert res.returncode == 0, res.stderr
+    return {row["alias"]: row for row in json.loads(res.stdout)}
+
+
+def test_pull_pair_then_run_alias(hub, tiny):
+    res = cli(hub, "pull", "pair")
+    assert res.returncode == 0, res.stderr
+    row = models_json(hub)["pair"]
+    assert row["pulled"] and len(row["target_files"]) == 1 and len(row["draft_files"]) == 1
+    assert row["size_bytes"] == tiny.target.stat().st_size + tiny.close.stat().st_size
+    assert str(hub[2] / "hf") in row["target_files"][0]  # inside the huggingface_hub cache
+    assert models_json(hub)["pair2"]["pulled"] is False
+    run = cli(hub, "run", "-m", "pair", "-p", "the cat", "-n", "12", "--temp", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    stats = json.loads(run.stdout)["stats"]
+    assert stats["drafter"] == "draft-model" and stats["n_generated"] == 12
+
+
+def test_pull_into_dir(hub, tmp_path):
+    out = tmp_path / "models"
+    res = cli(hub, "pull", "pair", "--dir", str(out))
+    assert res.returncode == 0, res.stderr
+    assert (out / "tiny-Q4_K_M.gguf").is_file() and (out / "draft-Q8_0.gguf").is_file()
+
+
+def test_pull_split_files_in_subfolder(hub):
+    assert cli(hub, "pull", "split").returncode == 0
+    files = models_json(hub)["split"]["target_files"]
+    assert [Path(f).name for f in files] == ["s-Q6_K-00001-of-00002.gguf", "s-Q6_K-00002-of-00002.gguf"]
+
+
+def test_interrupted_download_resumes_on_next_pull_without_refetching(hub):
+    fake, _, _ = hub
+    # huggingface_hub keeps what arrived in whole 10 MB chunks and retries 5 times in-process; six cuts
+    # that each deliver half of the rest make this pull fail with 10 MB kept on disk.
+    big = os.urandom(24 * 2**20)
+    fake.repos["test/big-GGUF"] = {"big-Q4_0.gguf": big}
+    fake.cuts = {("test/big-GGUF", "big-Q4_0.gguf"): 6}
+    err = one_line_error(cli(hub, "pull", "big"))
+    assert "big-Q4_0.gguf" in err
+    assert not models_json(hub)["big"]["pulled"]
+    res = cli(hub, "pull", "big")
+    assert res.returncode == 0, res.stderr
+    ranges = [r for m, p, r in fake.requests if m == "GET" and p.endswith("big-Q4_0.gguf") and r]
+    assert ranges and int(ranges[-1].split("=")[1].split("-")[0]) >= 10 * 2**20
+    assert Path(models_json(hub)["big"]["target_files"][0]).read_bytes() == big
+    before = len([1 for m, p, _ in fake.requests if m == "GET" and "resolve" in p])
+    assert cli(hub, "pull", "big").returncode == 0  # complete: nothing is downloaded again
+    assert len([1 for m, p, _ in fake.requests if m == "GET" and "resolve" in p]) == before
+
+
+def test_gated_repo(hub):
+    err = one_line_error(cli(hub, "pull", "gated"))
+    assert "gated" in err and "HF_TOKEN" in err
+
+
+def test_missing_quant_lists_what_exists(hub):
+    err = one_line_error(cli(hub, "pull", "missing"))
+    assert "no Q2_K GGUF" in err and "Q4_K_M" in err and "Q8_0" in err
+
+
+def test_unknown_alias_and_malformed_entry(hub):
+    assert "did you mean 'pair'" in one_line_error(cli(hub, "pull", "pairr"))
+    assert "alias 'broken'" in one_line_error(cli(hub, "pull", "broken"))
+    assert "exactly one of quant or file" in one_line_error(cli(hub, "pull", "broken"))
+    assert "pair" in models_json(hub)
+
+
+def test_corrupted_download_is_removed_and_reported(hub):
+    fake, _, home = hub
+    fake.corrupt = {("test/draft-GGUF", "draft-Q8_0.gguf")}
+    err = one_line_error(cli(hub, "pull", "pair"))
+    assert "failed verification" in err and "sha256" in err
+    assert not models_json(hub)["pair"]["pulled"]
+    draft_sha = hashlib.sha256(fake.repos["test/draft-GGUF"]["draft-Q8_0.gguf"]).hexdigest()
+    assert [b for b in (home / "hf").rglob("blobs/*")]  # the target stays cached
+    assert not list((home / "hf").rglob(draft_sha))  # the bad draft blob is gone
+    assert not [p for p in (home / "hf").rglob("draft-Q8_0.gguf")]  # and so is its snapshot link
+
+
+def test_offline_from_cache_and_offline_without_cache(hub):
+    assert "not in the local cache" in one_line_error(cli(hub, "pull", "pair", offline=True))
+    assert cli(hub, "pull", "pair").returncode == 0
+    fake, _, _ = hub
+    before = len(fake.requests)
+    res = cli(hub, "pull", "pair", offline=True)
+    assert res.returncode == 0, res.stderr
+    assert len(fake.requests) == before
+
+
+def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
+    assert "localspec pull pair" in one_line_error(cli(hub, "run", "-m", "pair", "-p", "x"))
+    assert cli(hub, "pull", "pair").returncode == 0 and cli(hub, "pull", "pair2").returncode == 0
+    draft_file = Path(models_json(hub)["pair"]["draft_files"][0])
+    res = cli(hub, "rm", "pair")
+    assert res.returncode == 0 and "draft-Q8_0.gguf" in res.stderr  # kept: pair2 uses it
+    assert draft_file.exists()
+    rows = models_json(hub)
+    assert not rows["pair"]["pulled"] and rows["pair2"]["pulled"]
+    assert cli(hub, "rm", "pair2").returncode == 0
+    assert not draft_file.exists()
+    assert "not pulled" in one_line_error(cli(hub, "rm", "pair2"))
+
+
+def test_alias_without_draft_on_disk_falls_back_to_ngram(hub):
+    assert cli(hub, "pull", "pair").returncode == 0
+    Path(models_json(hub)["pair"]["draft_files"][0]).unlink()
+    run = cli(hub, "run", "-m", "pair", "-p", "the cat", "-n", "8", "--temp", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    assert "n-gram" in run.stderr
+    assert json.loads(run.stdout)["stats"]["drafter"] == "ngram"
