@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
 from localspec.backend.model import Model
 from localspec.drafters.base import Drafter
+from localspec.engine.costs import DecodeCosts
 from localspec.engine.events import DoneEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.engine.ties import compare_greedy
@@ -150,29 +151,37 @@ def _generate(engine: SpeculativeEngine, prompt: Sequence[int], config: Generati
     raise AssertionError("the engine always ends with a DoneEvent")
 
 
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    drafter: Drafter | None
+    draft_mode: str  # "auto" or "fixed"
+
+
 def run_bench(
     target: Model,
-    drafters: dict[str, Drafter | None],
+    modes: Sequence[Mode],
     prompts: Sequence[BenchPrompt],
     config: GenerationConfig,
+    costs: DecodeCosts | None,
     repeat: int = 1,
     raw: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Iterator[Sample]:
     """Yield one Sample per (prompt, mode, repeat); modes run interleaved per prompt so that machine
-    drift affects them alike. Greedy runs are compared with the baseline's tokens by the tie rule."""
-    engines = {mode: SpeculativeEngine(target, d, d.name if d else "none") for mode, d in drafters.items()}
+    drift affects them alike."""
+    engines = {m.name: (SpeculativeEngine(target, m.drafter, m.drafter.name if m.drafter else "none", costs), replace(config, draft_mode=m.draft_mode)) for m in modes}
     warm = prompt_tokens(target, "Hello", raw)
-    for engine in engines.values():
-        _generate(engine, warm, GenerationConfig(max_tokens=8, sampling=config.sampling, seed=0, draft_max=config.draft_max))
+    for engine, cfg in engines.values():
+        _generate(engine, warm, replace(cfg, max_tokens=8))
     for prompt in prompts:
         tokens = prompt_tokens(target, prompt.text, raw)
         if len(tokens) + config.max_tokens + config.draft_max + 1 > target.n_ctx:
             progress(f"skipped {prompt.id}: prompt of {len(tokens)} tokens does not fit --ctx")
             continue
         for r in range(repeat):
-            for mode, engine in engines.items():
-                done = _generate(engine, tokens, config)
+            for mode, (engine, cfg) in engines.items():
+                done = _generate(engine, tokens, cfg)
                 s = done.stats
                 progress(f"{prompt.category} {prompt.id} {mode} #{r + 1}: {s.tokens_per_second:.1f} tok/s")
                 yield Sample(mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps, done.tokens, tokens)

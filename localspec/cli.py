@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from localspec.commands.bench import bench
+from localspec.commands.chat import chat
 from localspec.commands.pull import models, pull, rm
 from localspec.commands.run import run
 
@@ -22,6 +23,7 @@ def root() -> None:
 
 
 app.command()(run)
+app.command()(chat)
 app.command()(bench)
 app.command()(pull)
 app.command()(models)

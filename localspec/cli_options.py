@@ -36,9 +36,12 @@ DraftGpuLayersOpt = Annotated[int | None, typer.Option("--draft-gpu-layers", hel
 DraftMaxOpt = Annotated[int | None, typer.Option("--draft-max", help=f"Most tokens drafted per step (default {defaults.DEFAULT_DRAFT_MAX}).")]
 DraftMinOpt = Annotated[int | None, typer.Option("--draft-min", help=f"A shorter draft is not verified; the step decodes the target alone (default {defaults.DEFAULT_DRAFT_MIN}).")]
 DraftPMinOpt = Annotated[float | None, typer.Option("--draft-p-min", help=f"Stop drafting when the draft's top token probability falls below this, 0: off (default {defaults.DEFAULT_DRAFT_P_MIN}).")]
+DraftModeOpt = Annotated[str | None, typer.Option("--draft-mode", help="auto: pick each step's draft length from measured costs and the acceptance so far (0 when drafting does not pay); fixed: always up to --draft-max (default auto).")]
+DraftPolicyOpt = Annotated[str | None, typer.Option("--draft-policy", help=f"At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution (default {defaults.DEFAULT_DRAFT_POLICY}).")]
 LookupOpt = Annotated[bool | None, typer.Option("--lookup/--no-lookup", help="Prompt-lookup (n-gram) drafting: on by default without a draft model; --lookup beside a draft model chains them.")]
 LookupMinOpt = Annotated[int | None, typer.Option("--lookup-min", help=f"Shortest n-gram looked up (default {defaults.DEFAULT_LOOKUP_MIN}).")]
 LookupMaxOpt = Annotated[int | None, typer.Option("--lookup-max", help=f"Longest n-gram looked up (default {defaults.DEFAULT_LOOKUP_MAX}).")]
+ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).")]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.")]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.")]
 
@@ -87,6 +90,8 @@ class Settings:
     min_p: float = defaults.DEFAULT_MIN_P
     lookup_min: int = defaults.DEFAULT_LOOKUP_MIN
     lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
+    draft_mode: str = "auto"
+    draft_policy: str = defaults.DEFAULT_DRAFT_POLICY
 
     def validate(self) -> None:
         if self.ctx < 0:
@@ -97,6 +102,8 @@ class Settings:
             raise LocalspecError("--lookup-max must be >= --lookup-min")
         if not 0.0 <= self.draft_p_min <= 1.0:
             raise LocalspecError("--draft-p-min must be in [0, 1]")
+        if self.draft_policy not in ("sample", "greedy"):
+            raise LocalspecError("--draft-policy must be 'sample' or 'greedy'")
 
     def sampling(self):  # -> SamplingParams
         from localspec.sampling import SamplingParams
@@ -158,6 +165,8 @@ class ModelArgs:
             draft_p_min=settings.draft_p_min,
             lookup_min=settings.lookup_min,
             lookup_max=settings.lookup_max,
+            draft_mode=settings.draft_mode,
+            draft_policy=settings.draft_policy,
             verbose=self.verbose,
         )
         return options, settings

@@ -14,6 +14,7 @@ from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.costs import DecodeCosts, pair_costs
 from localspec.engine.speculative import SpeculativeEngine
 
 
@@ -31,6 +32,8 @@ class LoadOptions:
     draft_p_min: float = 0.0
     lookup_min: int = 2
     lookup_max: int = 4
+    draft_mode: str = "auto"
+    draft_policy: str = "sample"
     verbose: bool = False
 
 
@@ -94,7 +97,7 @@ def build_drafter(draft_model: Model | None, lookup: bool, opts: LoadOptions) ->
     if lookup:
         drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
     if draft_model is not None:
-        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min))
+        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min, opts.draft_policy))
     if not drafters:
         return None, "none"
     if len(drafters) == 1:
@@ -102,9 +105,18 @@ def build_drafter(draft_model: Model | None, lookup: bool, opts: LoadOptions) ->
     return ChainDrafter(drafters), "chain"
 
 
+def measure_costs(target: Model, draft_model: Model | None, draft_max: int) -> DecodeCosts | None:
+    """Decode costs for the auto controller (cached per model file); None where they cannot be measured."""
+    try:
+        return pair_costs(target, draft_model, draft_max)
+    except RuntimeError:  # a model that cannot roll back its state
+        return None
+
+
 def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
     t0 = time.perf_counter()
     target, draft_model = load_models(opts, cancel)
     lookup = opts.lookup if opts.lookup is not None else draft_model is None
     drafter, name = build_drafter(draft_model, lookup, opts)
-    return Loaded(SpeculativeEngine(target, drafter, name), target, draft_model, time.perf_counter() - t0)
+    costs = measure_costs(target, draft_model, opts.draft_max) if drafter and opts.draft_mode == "auto" else None
+    return Loaded(SpeculativeEngine(target, drafter, name, costs), target, draft_model, time.perf_counter() - t0)

@@ -31,6 +31,8 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "min_p": (int, float),
     "lookup_min": int,
     "lookup_max": int,
+    "draft_mode": str,
+    "draft_policy": str,
 }
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 

@@ -20,7 +20,9 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
             f"accepted {stats.n_accepted}/{stats.n_drafted} drafted ({stats.acceptance_rate:.1%}), "
             f"{stats.mean_tokens_per_step:.2f} tokens/pass"
         )
-    parts.append(f"prompt {stats.n_prompt} tokens ({stats.prompt_tokens_per_second:.0f} tok/s)")
+    reused = stats.n_prompt - stats.n_prompt_evaluated
+    evaluated = f", {stats.n_prompt_evaluated} evaluated" if reused > 0 else ""
+    parts.append(f"prompt {stats.n_prompt} tokens{evaluated} ({stats.prompt_tokens_per_second:.0f} tok/s)")
     if stats.load_s:
         parts.append(f"load {stats.load_s:.2f}s")
     parts.append(f"stop: {stop_reason}")

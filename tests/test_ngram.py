@@ -1,14 +1,14 @@
 import numpy as np
 
-from localspec.drafters.base import Draft
-from localspec.drafters.ngram import MISS_LIMIT, NgramDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.controller import FixedBudget
 from localspec.sampling import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 
 
 def propose(d: NgramDrafter, ctx: list[int], k: int) -> list[int]:
-    return d.propose(ctx, k, GREEDY, np.random.default_rng(0)).tokens
+    return d.propose(ctx, FixedBudget(k), GREEDY, np.random.default_rng(0)).tokens
 
 
 def test_longest_match_wins():
@@ -58,14 +58,7 @@ def test_index_is_incremental_and_resets_on_new_context():
     assert propose(d, [5, 6, 5, 6], 2) == [5, 6]
 
 
-def test_backs_off_after_repeated_misses_then_retries():
-    d = NgramDrafter(1, 1)
-    ctx = [1, 2, 1]
-    for _ in range(MISS_LIMIT):
-        draft = d.propose(ctx, 1, GREEDY, np.random.default_rng(0))
-        assert draft.tokens
-        d.feedback(draft, 0)
-    assert propose(d, ctx, 1) == []  # paused
-    assert propose(d, ctx, 1) == [2]  # retried after the pause
-    d.feedback(Draft([2], None, "ngram"), 1)
-    assert propose(d, ctx, 1) == [2]
+def test_zero_budget_proposes_nothing_but_keeps_indexing():
+    d = NgramDrafter(2, 2)
+    assert propose(d, [1, 2, 3, 1], 0) == []
+    assert propose(d, [1, 2, 3, 1, 2], 3) == [3, 1, 2]

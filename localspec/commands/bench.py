@@ -9,12 +9,18 @@ from typing import Annotated
 import typer
 
 from localspec.cli_options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftThreadsOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftThreadsOpt,
     GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelArgs, ModelOpt, RawOpt, TempOpt, ThreadsOpt,
     VerboseOpt, fail, user_errors,
 )
 
-MODES = ("baseline", "draft", "ngram", "chain")
+MODES = {
+    "baseline": "the target alone",
+    "draft": "draft model, fixed length (--draft-max every step, as llama.cpp)",
+    "auto": "draft model, length chosen per step by the auto controller (the default of run)",
+    "ngram": "prompt lookup, auto controller (the default of run without a draft model)",
+    "chain": "prompt lookup first, then the draft model, auto controller",
+}
 
 
 def bench(
@@ -24,7 +30,7 @@ def bench(
     category: Annotated[list[str] | None, typer.Option("--category", help="Only this category (repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many prompts per category (0: all).")] = 0,
     max_tokens: Annotated[int, typer.Option("-n", "--max-tokens", help="Tokens generated per prompt.")] = 128,
-    modes: Annotated[str, typer.Option("--modes", help=f"Comma-separated modes: {', '.join(MODES)}.")] = "",
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: " + "; ".join(f"{k}: {v}" for k, v in MODES.items()) + ".")] = "",
     repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
     temp: TempOpt = 0.0,
@@ -36,35 +42,35 @@ def bench(
     draft_max: DraftMaxOpt = None,
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
+    draft_policy: DraftPolicyOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
     raw: RawOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Measure tokens/sec, speedup and acceptance of each drafting mode; greedy runs are checked
-    token by token against the target alone (exit code 1 on any difference that is not a tie)."""
-    from localspec.bench import BASELINE, BenchResult, check_greedy, load_prompts, run_bench
+    """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
+    from localspec.bench import BASELINE, BenchResult, Mode, check_greedy, load_prompts, run_bench
     from localspec.bench_view import BenchProgress, render_table
     from localspec.drafters.chain import ChainDrafter
     from localspec.drafters.draft_model import DraftModelDrafter
     from localspec.drafters.ngram import NgramDrafter
     from localspec.engine.speculative import GenerationConfig
-    from localspec.loader import load_models
+    from localspec.loader import load_models, measure_costs
 
     args = ModelArgs(
         model, draft, None, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, ctx=ctx, temp=temp,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, ctx=ctx, temp=temp,
                    lookup_min=lookup_min, lookup_max=lookup_max),
     )
     has_draft = draft is not None and draft.lower() != "none"
     chosen = [m.strip() for m in modes.split(",") if m.strip()] or (
-        ["baseline", "draft", "ngram"] if has_draft else ["baseline", "ngram"]
+        ["baseline", "draft", "auto", "ngram"] if has_draft else ["baseline", "ngram"]
     )
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
         raise fail(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
-    if not has_draft and {"draft", "chain"} & set(chosen):
-        raise fail("modes 'draft' and 'chain' need a draft model (-d)")
+    if not has_draft and {"draft", "auto", "chain"} & set(chosen):
+        raise fail("modes 'draft', 'auto' and 'chain' need a draft model (-d)")
     if repeat < 1 or limit < 0:
         raise fail("--repeat must be >= 1 and --limit >= 0")
     if BASELINE not in chosen:
@@ -80,19 +86,19 @@ def bench(
         selected = load_prompts(prompts, category or (), limit)
         target, draft_model = load_models(load_options)
         try:
-            drafters = {}
-            for mode in chosen:
-                if mode == "draft":
-                    drafters[mode] = DraftModelDrafter(draft_model, settings.draft_p_min)
-                elif mode == "ngram":
-                    drafters[mode] = NgramDrafter(settings.lookup_min, settings.lookup_max)
-                elif mode == "chain":
-                    drafters[mode] = ChainDrafter([NgramDrafter(settings.lookup_min, settings.lookup_max), DraftModelDrafter(draft_model, settings.draft_p_min)])
-                else:
-                    drafters[mode] = None
+            lookup = lambda: NgramDrafter(settings.lookup_min, settings.lookup_max)  # noqa: E731
+            model = lambda: DraftModelDrafter(draft_model, settings.draft_p_min, settings.draft_policy)  # noqa: E731
+            factories = {
+                "baseline": lambda: Mode("baseline", None, "fixed"),
+                "draft": lambda: Mode("draft", model(), "fixed"),
+                "auto": lambda: Mode("auto", model(), "auto"),
+                "ngram": lambda: Mode("ngram", lookup(), "auto"),
+                "chain": lambda: Mode("chain", ChainDrafter([lookup(), model()]), "auto"),
+            }
+            costs = measure_costs(target, draft_model, settings.draft_max)
             total = len(selected) * len(chosen) * repeat
             with BenchProgress(total, quiet=json_out) as progress:
-                for sample in run_bench(target, drafters, selected, config, repeat, raw, progress.note):
+                for sample in run_bench(target, [factories[m]() for m in chosen], selected, config, costs, repeat, raw, progress.note):
                     result.samples.append(sample)
                     progress.advance()
             if config.sampling.greedy:

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import numpy as np
 
+from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams
 
 
@@ -30,11 +31,8 @@ class Drafter(Protocol):
         """A new generation starts from `context` (the whole prompt): index or prefill it."""
 
     def propose(
-        self, context: Sequence[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        """Propose up to max_tokens tokens that continue `context`."""
-
-    def feedback(self, draft: Draft, n_accepted: int) -> None:
-        """How many tokens of the last proposal the target accepted."""
+        """Propose up to budget.limit(self.name) tokens that continue `context`."""
 
     def close(self) -> None: ...

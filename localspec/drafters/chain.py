@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.base import Draft, Drafter
+from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams
 
 
@@ -21,19 +22,14 @@ class ChainDrafter:
             d.begin(context)
 
     def propose(
-        self, context: Sequence[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
         draft = Draft(source=self.name)
         for d in self.drafters:
-            draft = d.propose(context, max_tokens, params, rng)
+            draft = d.propose(context, budget, params, rng)
             if draft.tokens:
                 break
         return draft
-
-    def feedback(self, draft: Draft, n_accepted: int) -> None:
-        for d in self.drafters:
-            if d.name == draft.source:
-                d.feedback(draft, n_accepted)
 
     def close(self) -> None:
         for d in self.drafters:

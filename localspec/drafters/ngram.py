@@ -1,7 +1,8 @@
 """Prompt-lookup drafting: continue the context the way it continued after the same n-gram before.
 
 An incremental index maps every n-gram (n in [n_min, n_max]) to the most recent position that
-followed it, so a step costs O(n_max) dictionary work, not a rescan of the history."""
+followed it, so a step costs O(n_max) dictionary work, not a rescan of the history. Whether a proposal is worth
+verifying is the draft-length controller's call (engine/controller.py), as for any drafter."""
 
 from __future__ import annotations
 
@@ -10,10 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.base import Draft
+from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams
-
-MISS_LIMIT = 3  # fully rejected proposals in a row before drafting pauses
-MAX_PAUSE = 64  # steps; the pause doubles after every failed retry up to this
 
 
 class NgramDrafter:
@@ -29,9 +28,6 @@ class NgramDrafter:
     def begin(self, context: Sequence[int]) -> None:
         self._tokens: list[int] = []
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.n_min, self.n_max + 1)}
-        self._misses = 0
-        self._pause = 0
-        self._pause_len = 1
         self._extend(context)
 
     def _extend(self, context: Sequence[int]) -> None:
@@ -62,25 +58,11 @@ class NgramDrafter:
         return []
 
     def propose(
-        self, context: Sequence[int], max_tokens: int, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        if self._pause > 0:
-            self._pause -= 1
-            self._sync(context)
-            return Draft(source=self.name)
-        return Draft(self.lookup(context, max_tokens), None, self.name)
-
-    def feedback(self, draft: Draft, n_accepted: int) -> None:
-        if n_accepted > 0:
-            self._misses = 0
-            self._pause_len = 1
-            return
-        self._misses += 1
-        if self._misses >= MISS_LIMIT:
-            # Verifying a rejected draft costs a wider target pass: back off, then probe again.
-            self._pause = self._pause_len
-            self._pause_len = min(self._pause_len * 2, MAX_PAUSE)
-            self._misses = MISS_LIMIT - 1  # one more miss after the pause pauses again, for longer
+        self._sync(context)
+        limit = budget.limit(self.name)
+        return Draft(self.lookup(context, limit) if limit > 0 else [], None, self.name)
 
     def close(self) -> None:
         return None

@@ -16,12 +16,15 @@ import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model, common_prefix
 from localspec.drafters.base import Draft, Drafter
+from localspec.engine.controller import AutoController, FixedBudget
+from localspec.engine.costs import DecodeCosts
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from localspec.engine.text import TextStream
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample
 
 MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
+DRAFT_MODES = ("auto", "fixed")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     draft_max: int = 8
     draft_min: int = 0
+    draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
 
     def validate(self) -> None:
         if self.max_tokens < 1:
@@ -42,6 +46,8 @@ class GenerationConfig:
             raise LocalspecError(f"--draft-max must be <= {MAX_DRAFT}")
         if self.draft_min < 0:
             raise LocalspecError("--draft-min must be >= 0")
+        if self.draft_mode not in DRAFT_MODES:
+            raise LocalspecError(f"--draft-mode must be one of {', '.join(DRAFT_MODES)}")
         try:
             self.sampling.validate()
         except ValueError as e:
@@ -71,10 +77,13 @@ def verify(
 
 
 class SpeculativeEngine:
-    def __init__(self, target: Model, drafter: Drafter | None, drafter_name: str = "none") -> None:
+    def __init__(
+        self, target: Model, drafter: Drafter | None, drafter_name: str = "none", costs: DecodeCosts | None = None
+    ) -> None:
         self.target = target
         self.drafter = drafter
         self.drafter_name = drafter_name if drafter else "none"
+        self.costs = costs  # needed by draft_mode auto; without them drafting is fixed-length
 
     def generate(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
@@ -92,6 +101,9 @@ class SpeculativeEngine:
         rng = np.random.default_rng(config.seed)
         stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt))
         drafter = self.drafter
+        controller = (
+            AutoController(self.costs, config.draft_max) if config.draft_mode == "auto" and self.costs else None
+        )
         ctx = list(prompt)
         generated: list[int] = []
         stream = TextStream(config.stop)
@@ -122,7 +134,8 @@ class SpeculativeEngine:
                 k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
                 draft = Draft()
                 if drafter is not None and k_max >= max(1, config.draft_min):
-                    draft = drafter.propose(ctx, k_max, config.sampling, rng)
+                    budget = controller.budget(k_max, len(ctx)) if controller else FixedBudget(k_max)
+                    draft = drafter.propose(ctx, budget, config.sampling, rng)
                     if len(draft) < config.draft_min:
                         draft = Draft()
 
@@ -130,8 +143,9 @@ class SpeculativeEngine:
                 n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
                 emitted = [*draft.tokens[:n_acc], token]
                 if draft.tokens:
-                    drafter.feedback(draft, n_acc)  # type: ignore[union-attr]
                     stats.record(draft.source, len(draft.tokens), n_acc)
+                    if controller:
+                        controller.update(draft.source, len(draft.tokens), n_acc)
                 if not target.truncate(len(ctx) + n_acc):
                     # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
                     # cache once and go on without speculation.

@@ -1,0 +1,209 @@
+"""`localspec chat`: a multi-turn conversation with live speculative decoding."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localspec import defaults
+from localspec.cli_options import (
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt,
+    DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
+    ModelArgs, ModelOpt, SeedOpt, ShowAcceptedOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    sigint_sets, user_errors,
+)
+from localspec.errors import LocalspecError
+
+HELP = """commands:
+  /help                 this help
+  /stats                session totals: tokens, acceptance, tok/s
+  /set KEY VALUE        change a setting: draft-max, draft-min, draft-mode, max-tokens, seed, temp, top-k, top-p, min-p
+  /system TEXT          set the system prompt (keeps the conversation)
+  /reset                forget the conversation
+  /save FILE            save the conversation as JSON
+  /load FILE            load a saved conversation
+  /exit                 leave (Ctrl-D too)
+  \"\"\"                   start and end a multi-line message
+Ctrl-C stops a reply; at an empty prompt it leaves."""
+MULTILINE = '"""'
+
+
+def _read_message(prompt: str) -> str | None:
+    """One message from the user; None at end of input. Ctrl-C at an empty prompt ends too."""
+    try:
+        first = input(prompt)
+    except EOFError:
+        return None
+    except KeyboardInterrupt:
+        try:
+            import readline
+
+            pending = readline.get_line_buffer()
+        except ImportError:
+            pending = ""
+        if pending.strip():
+            print()
+            return ""
+        return None
+    if not first.lstrip().startswith(MULTILINE):
+        return first
+    lines = [first.lstrip()[len(MULTILINE):]]
+    if lines[0].rstrip().endswith(MULTILINE) and lines[0].strip() != "":
+        return lines[0].rstrip()[: -len(MULTILINE)]
+    while True:
+        try:
+            line = input("... ")
+        except (EOFError, KeyboardInterrupt):
+            return "\n".join(lines).strip("\n")
+        if line.rstrip().endswith(MULTILINE):
+            lines.append(line.rstrip()[: -len(MULTILINE)])
+            return "\n".join(lines).strip("\n")
+        lines.append(line)
+
+
+def _setup_history() -> Callable[[], None]:
+    """Arrow-key history through readline, kept between sessions when the state dir is writable."""
+    try:
+        import readline
+    except ImportError:
+        return lambda: None
+    import platformdirs
+
+    path = Path(platformdirs.user_state_dir("localspec")) / "chat_history"
+    try:
+        readline.read_history_file(path)
+    except OSError:
+        pass
+
+    def save() -> None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            readline.set_history_length(1000)
+            readline.write_history_file(path)
+        except OSError:
+            pass
+
+    return save
+
+
+def chat(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+    max_tokens: MaxTokensOpt = defaults.DEFAULT_MAX_TOKENS,
+    temp: TempOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    min_p: MinPOpt = None,
+    seed: SeedOpt = None,
+    ctx: CtxOpt = None,
+    threads: ThreadsOpt = None,
+    draft_threads: DraftThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = None,
+    draft_gpu_layers: DraftGpuLayersOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
+    draft_p_min: DraftPMinOpt = None,
+    draft_policy: DraftPolicyOpt = None,
+    draft_mode: DraftModeOpt = None,
+    lookup: LookupOpt = None,
+    lookup_min: LookupMinOpt = None,
+    lookup_max: LookupMaxOpt = None,
+    show_accepted: ShowAcceptedOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Chat with the model; the conversation stays in the KV caches of target and draft."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from localspec.chat import ChatSession
+    from localspec.engine.speculative import GenerationConfig
+    from localspec.loader import load
+    from localspec.render import render_plain, summary_line
+    from localspec.tui import LiveRenderer
+
+    args = ModelArgs(
+        model, draft, lookup, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_mode=draft_mode, ctx=ctx,
+                   temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, lookup_min=lookup_min, lookup_max=lookup_max),
+    )
+    console = Console()
+    err = Console(stderr=True)
+    notify = lambda m: err.print(Text(m, style="yellow"))  # noqa: E731
+    with user_errors():
+        load_options, settings = args.prepare()
+        config = GenerationConfig(
+            max_tokens=max_tokens, sampling=settings.sampling(), seed=seed if seed is not None else secrets.randbits(32),
+            draft_max=settings.draft_max, draft_min=settings.draft_min, draft_mode=settings.draft_mode,
+        )
+        config.validate()
+        loaded = load(load_options)
+    session = ChatSession(loaded, config, system, model_name=model or defaults.EMBEDDED_NAME)
+    save_history = _setup_history()
+    interactive = sys.stdin.isatty()
+    err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"))
+    try:
+        while True:
+            text = _read_message(">>> " if interactive else "")
+            if text is None:
+                break
+            if not text.strip():
+                continue
+            if text.startswith("/"):
+                if _command(session, text, console, notify):
+                    break
+                continue
+            cancel = threading.Event()
+            try:
+                with sigint_sets(cancel):
+                    events = session.reply(text, cancel, notify)
+                    done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
+            except LocalspecError as e:
+                err.print(Text(f"error: {e}", style="red"))
+                continue
+            err.print(Text(summary_line(done.stats, done.stop_reason), style="dim"), soft_wrap=True)
+    finally:
+        save_history()
+        loaded.close()
+
+
+def _command(session, text: str, console, notify) -> bool:
+    """Run a /command; True means leave the chat."""
+    name, _, arg = text.strip().partition(" ")
+    arg = arg.strip()
+    say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
+    try:
+        if name in ("/exit", "/quit", "/bye"):
+            return True
+        if name == "/help":
+            say(HELP)
+        elif name == "/stats":
+            say(session.totals.describe())
+        elif name == "/set":
+            key, _, value = arg.partition(" ")
+            say(session.set_option(key, value.strip()))
+        elif name == "/system":
+            session.system = arg or None
+            say("system prompt " + ("set" if arg else "cleared"))
+        elif name == "/reset":
+            session.reset()
+            say("conversation cleared")
+        elif name in ("/save", "/load") and not arg:
+            say(f"usage: {name} FILE")
+        elif name == "/save":
+            session.save(Path(arg).expanduser())
+            say(f"saved to {arg}")
+        elif name == "/load":
+            session.load(Path(arg).expanduser())
+            say(f"loaded {len(session.messages)} messages from {arg}")
+        else:
+            say(f"unknown command {name}; /help lists them")
+    except LocalspecError as e:
+        notify(f"error: {e}")
+    return False

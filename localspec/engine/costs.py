@@ -1,0 +1,140 @@
+"""Decode costs of a model pair, measured once per model file and machine settings, then cached.
+
+The auto draft-length controller needs two figures: what a target pass over b tokens costs
+(verification of b-1 drafts) at the current context length, and what one draft token costs.
+They are properties of the models and the machine, not of the prompt, so measuring them once keeps
+runs repeatable. Passes are timed at two context lengths, since attention makes every extra
+verified token dearer as the context grows; between and beyond them costs are linear in length."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+from localspec.backend.model import Model
+
+CACHE_FILE = "decode-costs.json"
+CACHE_VERSION = 2
+MEASURED_BATCHES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+FAR_CONTEXT = 512  # the second context length passes are timed at (capped at half the context)
+REPEATS = 5  # the minimum of a few runs: interference only ever adds time
+
+
+def _interpolate(table: dict[int, float], x: int) -> float:
+    sizes = sorted(table)
+    if len(sizes) == 1 or x <= sizes[0]:
+        return table[sizes[0]]
+    if x >= sizes[-1]:
+        last, prev = sizes[-1], sizes[-2]
+        return table[last] + (table[last] - table[prev]) / (last - prev) * (x - last)
+    i = bisect_left(sizes, x)
+    lo, hi = sizes[i - 1], sizes[i]
+    w = (x - lo) / (hi - lo)
+    return table[lo] * (1 - w) + table[hi] * w
+
+
+@dataclass(frozen=True)
+class DecodeCosts:
+    near: dict[int, float]  # batch size -> seconds for one target pass at an empty context
+    far: dict[int, float] = field(default_factory=dict)  # the same at context length far_context
+    far_context: int = 0
+    draft_token: dict[str, float] = field(default_factory=dict)  # drafter name -> seconds per drafted token
+
+    def verify(self, batch: int, context: int = 0) -> float:
+        """Seconds for a target pass over `batch` tokens after `context` cached tokens."""
+        near = _interpolate(self.near, batch)
+        if not self.far or self.far_context <= 0:
+            return near
+        far = _interpolate(self.far, batch)
+        return max(near + (far - near) * context / self.far_context, 1e-9)
+
+
+def _key(model: Model) -> str:
+    st = model.path.stat()
+    o = model.options
+    return (
+        f"v{CACHE_VERSION}|{model.path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+        f"|t{o.n_threads}/{o.n_threads_batch}|gpu{o.n_gpu_layers}|b{model.n_batch}|c{model.n_ctx}"
+    )
+
+
+def _time_batches(model: Model, sizes: list[int]) -> dict[int, float]:
+    """Minimum time per pass for each size, sizes interleaved so that passing load hits all alike."""
+    token = 100 % model.n_vocab
+    base = len(model.cached)
+    best = {b: float("inf") for b in sizes}
+    for rep in range(REPEATS + 1):
+        for b in sizes:
+            t0 = time.perf_counter()
+            model.decode([token] * b, all_logits=True)
+            elapsed = time.perf_counter() - t0
+            if not model.truncate(base):
+                raise RuntimeError("cannot roll back")
+            if rep:  # the first round warms caches and pages in the weights
+                best[b] = min(best[b], elapsed)
+    return best
+
+
+class CostCache:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or Path(platformdirs.user_cache_dir("localspec")) / CACHE_FILE
+
+    def _read(self) -> dict:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def _write(self, data: dict) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a read-only cache only costs a new measurement next time
+
+    def measure(self, model: Model, max_batch: int, far: bool) -> tuple[dict[int, float], dict[int, float], int]:
+        """(near table, far table, far context) for batch sizes up to max_batch, measuring what the
+        cache lacks. Measuring empties the model's KV cache (its users re-sync from their context)."""
+        data = self._read()
+        key = _key(model)
+        entry = data.get(key, {})
+        near = {int(b): t for b, t in entry.get("near", {}).items()}
+        far_t = {int(b): t for b, t in entry.get("far", {}).items()}
+        far_context = min(FAR_CONTEXT, model.n_ctx // 2) if far else 0
+        wanted = sorted({b for b in MEASURED_BATCHES if b <= max_batch} | {min(max_batch, MEASURED_BATCHES[-1]), 1})
+        missing_near = [b for b in wanted if b not in near]
+        missing_far = [b for b in wanted if b not in far_t] if far_context else []
+        if missing_near or missing_far:
+            model.truncate(0)
+            if missing_near:
+                near.update(_time_batches(model, missing_near))
+            if missing_far:
+                model.decode([100 % model.n_vocab] * far_context, all_logits=False)
+                far_t.update(_time_batches(model, missing_far))
+                model.truncate(0)
+            data[key] = {
+                "near": {str(b): t for b, t in sorted(near.items())},
+                "far": {str(b): t for b, t in sorted(far_t.items())},
+                "far_context": far_context or entry.get("far_context", 0),
+            }
+            self._write(data)
+        return {b: near[b] for b in wanted}, ({b: far_t[b] for b in wanted} if far_context else {}), far_context
+
+
+def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
+    cache = cache or CostCache()
+    near, far, far_context = cache.measure(target, draft_max + 1, far=True)
+    draft_token = {"ngram": 0.0}
+    if draft is not None:
+        draft_token["draft-model"] = cache.measure(draft, 1, far=False)[0][1]
+    return DecodeCosts(near, far, far_context, draft_token)

@@ -1,0 +1,123 @@
+"""`localspec chat` through a real pseudo-terminal."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+from conftest import TinyModels
+
+PROMPT = ">>> "
+SUMMARY = re.compile(r"prompt (\d+) tokens(?:, (\d+) evaluated)?")
+
+
+def spawn(*args: str, tmp: Path) -> pexpect.spawn:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TERM": "xterm-256color",
+        "PYTHONUNBUFFERED": "1",
+        "XDG_STATE_HOME": str(tmp / "state"),
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "HOME": str(tmp),
+    }
+    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", *args], env=env, encoding="utf-8", timeout=120, dimensions=(40, 120))
+    child.expect_exact(PROMPT)
+    return child
+
+
+def turn(child: pexpect.spawn, text: str) -> tuple[int, int]:
+    """Send a message; return (prompt tokens, evaluated prompt tokens) from the summary."""
+    child.sendline(text)
+    child.expect(SUMMARY)
+    total = int(child.match.group(1))
+    evaluated = int(child.match.group(2) or total)
+    child.expect_exact(PROMPT)
+    return total, evaluated
+
+
+def test_two_turns_stats_set_and_exit(tiny: TinyModels, tmp_path: Path):
+    child = spawn("-m", str(tiny.target), "-d", str(tiny.close), "--temp", "0", "-n", "24", tmp=tmp_path)
+    first_total, first_eval = turn(child, "the cat sat")
+    assert first_eval == first_total
+    second_total, second_eval = turn(child, "a dog ran")
+    # The second turn re-renders the whole conversation; the caches already hold most of it.
+    assert second_total > first_total
+    assert second_eval < second_total - first_total + 30
+    child.sendline("/stats")
+    child.expect(r"2 replies, (\d+) tokens")
+    child.expect_exact(PROMPT)
+    child.sendline("/set draft-max 2")
+    child.expect_exact("draft-max = 2")
+    child.expect_exact(PROMPT)
+    child.sendline("/set draft-max 0")
+    child.expect_exact("--draft-max must be >= 1")
+    child.expect_exact(PROMPT)
+    turn(child, "moon")
+    save = tmp_path / "conv.json"
+    child.sendline(f"/save {save}")
+    child.expect_exact(PROMPT)
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    data = json.loads(save.read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"] * 3
+    assert data["messages"][0]["content"] == "the cat sat"
+
+
+def test_multiline_reset_load_and_ctrl_d(tiny: TinyModels, tmp_path: Path):
+    saved = tmp_path / "in.json"
+    saved.write_text(json.dumps({"model": "x", "system": "be brief", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}))
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "8", tmp=tmp_path)
+    child.sendline(f"/load {saved}")
+    child.expect_exact("loaded 2 messages")
+    child.expect_exact(PROMPT)
+    child.sendline('"""first line')
+    child.sendline('second line"""')
+    child.expect(SUMMARY)
+    child.expect_exact(PROMPT)
+    out = tmp_path / "out.json"
+    child.sendline(f"/save {out}")
+    child.expect_exact(PROMPT)
+    data = json.loads(out.read_text())
+    assert data["system"] == "be brief"
+    assert data["messages"][2]["content"] == "first line\nsecond line"
+    child.sendline("/reset")
+    child.expect_exact("conversation cleared")
+    child.expect_exact(PROMPT)
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_ctrl_c_stops_a_reply_and_keeps_it(smollm2_q4: Path, tmp_path: Path):
+    child = spawn("-m", str(smollm2_q4), "--temp", "0", "-n", "3000", "--ctx", "4096", tmp=tmp_path)
+    child.sendline("Count from 1 to 1000, one number per line.")
+    child.expect(r"\d+\s+\d+")  # numbers are streaming
+    child.sendintr()
+    child.expect_exact("stop: interrupted")
+    child.expect_exact(PROMPT)
+    out = tmp_path / "partial.json"
+    child.sendline(f"/save {out}")
+    child.expect_exact(PROMPT)
+    reply = json.loads(out.read_text())["messages"][1]
+    assert reply["role"] == "assistant" and reply["content"].strip()
+    child.sendintr()  # Ctrl-C at an empty prompt leaves
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+@pytest.mark.parametrize("command", ["/frobnicate", "/set nope 1", "/load /does/not/exist.json"])
+def test_bad_commands_do_not_end_the_chat(tiny: TinyModels, tmp_path: Path, command: str):
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "4", tmp=tmp_path)
+    child.sendline(command)
+    child.expect(r"unknown|error")
+    child.expect_exact(PROMPT)
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)

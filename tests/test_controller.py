@@ -1,0 +1,93 @@
+import pytest
+
+from localspec.engine.controller import FIRST_PROBE_AFTER, AutoController, FixedBudget, expected_tokens
+from localspec.engine.costs import DecodeCosts
+
+
+def cpu_like() -> DecodeCosts:
+    # A target pass over b tokens costs 1 + 0.3 (b - 1) single-token passes; draft tokens cost 1/6.
+    return DecodeCosts({b: 1.0 + 0.3 * (b - 1) for b in (1, 2, 3, 4, 6, 8, 12, 16)}, draft_token={"draft-model": 1 / 6, "ngram": 0.0})
+
+
+def test_expected_tokens_geometric():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+
+
+def test_costs_interpolate_and_extrapolate():
+    c = DecodeCosts({1: 1.0, 4: 2.5, 8: 4.5})
+    assert c.verify(1) == 1.0 and c.verify(4) == 2.5
+    assert c.verify(2) == pytest.approx(1.5)
+    assert c.verify(10) == pytest.approx(5.5)
+
+
+def test_costs_grow_with_context():
+    c = DecodeCosts({1: 1.0, 8: 2.0}, {1: 1.5, 8: 4.0}, far_context=500)
+    assert c.verify(8, 0) == 2.0 and c.verify(8, 500) == 4.0
+    assert c.verify(8, 250) == pytest.approx(3.0)
+    assert c.verify(8, 1000) == pytest.approx(6.0)
+
+
+def test_long_context_shortens_drafts():
+    c = DecodeCosts({1: 1.0, 2: 1.1, 4: 1.3, 8: 1.7}, {1: 1.2, 2: 2.0, 4: 2.6, 8: 3.8}, far_context=512, draft_token={"ngram": 0.0})
+    ctl = AutoController(c, draft_max=7)
+    for _ in range(20):
+        ctl.update("ngram", 4, 1)
+    assert ctl.best_length("ngram", 7, context=0) > ctl.best_length("ngram", 7, context=1024)
+
+
+def test_high_acceptance_drafts_long_low_acceptance_stops():
+    ctl = AutoController(cpu_like(), draft_max=16)
+    for _ in range(30):
+        ctl.update("draft-model", 8, 8)
+    assert ctl.best_length("draft-model", 16) >= 8
+    for _ in range(30):
+        ctl.update("draft-model", 4, 0)
+    assert ctl.best_length("draft-model", 16) == 0
+
+
+def test_free_drafts_are_worth_more_than_costly_ones():
+    ctl = AutoController(cpu_like(), draft_max=16)
+    for source in ("ngram", "draft-model"):
+        for _ in range(20):
+            ctl.update(source, 4, 2)
+    assert ctl.best_length("ngram", 16) > ctl.best_length("draft-model", 16)
+
+
+def test_cheap_verification_drafts_to_the_cap():
+    gpu_like = DecodeCosts({1: 1.0, 16: 1.05}, draft_token={"draft-model": 0.02})
+    ctl = AutoController(gpu_like, draft_max=12)
+    for _ in range(10):
+        ctl.update("draft-model", 6, 6)
+    assert ctl.best_length("draft-model", 12) == 12
+    assert ctl.best_length("draft-model", 5) == 5  # never past the step's cap
+
+
+def test_probes_after_idle_steps_and_backs_off():
+    ctl = AutoController(cpu_like(), draft_max=8)
+    for _ in range(30):
+        ctl.update("ngram", 4, 0)
+    budget = ctl.budget(8)
+    limits = [budget.limit("ngram") for _ in range(FIRST_PROBE_AFTER)]
+    assert limits[:-1] == [0] * (FIRST_PROBE_AFTER - 1) and limits[-1] == 1
+    ctl.update("ngram", 1, 0)  # failed probe: the next one comes later
+    limits = [budget.limit("ngram") for _ in range(2 * FIRST_PROBE_AFTER)]
+    assert limits.count(1) == 1 and limits[-1] == 1
+
+
+def test_decisions_depend_only_on_the_stream():
+    a, b = AutoController(cpu_like(), 8), AutoController(cpu_like(), 8)
+    stream = [(4, 3), (4, 0), (2, 2), (5, 1)] * 5
+    out = []
+    for ctl in (a, b):
+        seq = []
+        for drafted, acc in stream:
+            seq.append(ctl.budget(8).limit("draft-model"))
+            ctl.update("draft-model", drafted, acc)
+        out.append(seq)
+    assert out[0] == out[1]
+
+
+def test_fixed_budget():
+    assert FixedBudget(5).limit("anything") == 5
