@@ -91,3 +91,11 @@ def test_decisions_depend_only_on_the_stream():
 
 def test_fixed_budget():
     assert FixedBudget(5).limit("anything") == 5
+
+
+def test_no_probing_when_even_perfect_drafts_cannot_pay():
+    # A draft nearly as costly as the target (a model and its own light quant): never worth it.
+    costly = DecodeCosts({1: 1.0, 2: 1.4, 4: 1.6, 9: 2.4}, draft_token={"draft-model": 0.7}, draft_catch_up={"draft-model": 0.5})
+    ctl = AutoController(costly, draft_max=8)
+    budget = ctl.budget(8)
+    assert all(budget.limit("draft-model") == 0 for _ in range(200))

@@ -18,6 +18,12 @@ PRIOR_REJECTED = 0.8
 DECAY = 0.9  # per drafted step: recent behaviour counts most
 FIRST_PROBE_AFTER = 4  # steps without drafting before a 1-token probe
 MAX_PROBE_INTERVAL = 64
+# Drafting must promise this much more than plain decoding: the measured costs carry some error,
+# and a run must never end up slower than the target alone.
+GAIN_MARGIN = 1.05
+# Probing costs more than the probe itself (the draft must first catch up on every token generated
+# since it last ran), so it is only worth it where good drafts would pay well.
+PROBE_MARGIN = 1.25
 
 
 class Budget(Protocol):
@@ -60,12 +66,14 @@ class AutoController:
     draft_max: int
     _states: dict[str, _SourceState] = field(default_factory=dict)
 
-    def best_length(self, source: str, cap: int, context: int = 0) -> int:
-        state = self._states.setdefault(source, _SourceState())
-        draft_cost = self.costs.draft_token.get(source, 0.0)
-        best_k, best_rate = 0, 1.0 / self.costs.verify(1, context)
+    def best_length(
+        self, source: str, cap: int, context: int = 0, alpha: float | None = None, margin: float = GAIN_MARGIN
+    ) -> int:
+        if alpha is None:
+            alpha = self._states.setdefault(source, _SourceState()).alpha
+        best_k, best_rate = 0, margin / self.costs.verify(1, context)
         for k in range(1, min(cap, self.draft_max) + 1):
-            rate = expected_tokens(state.alpha, k) / (k * draft_cost + self.costs.verify(k + 1, context))
+            rate = expected_tokens(alpha, k) / (self.costs.draft(source, k) + self.costs.verify(k + 1, context))
             if rate > best_rate:
                 best_k, best_rate = k, rate
         return best_k
@@ -79,6 +87,8 @@ class AutoController:
         state.probing = False
         if k > 0 or cap < 1:
             return k
+        if self.best_length(source, cap, context, alpha=1.0, margin=PROBE_MARGIN) == 0:
+            return 0  # not even perfect drafts would pay well at these costs: nothing to probe for
         state.idle_steps += 1
         if state.idle_steps >= state.probe_interval:
             state.idle_steps = 0
@@ -92,9 +102,10 @@ class AutoController:
         state = self._states.setdefault(source, _SourceState())
         state.accepted = state.accepted * DECAY + accepted
         state.rejected = state.rejected * DECAY + (1.0 if accepted < drafted else 0.0)
-        if accepted > 0:
+        if self.best_length(source, self.draft_max) > 0:
             state.probe_interval = FIRST_PROBE_AFTER
         elif state.probing:
+            # The probe did not change the verdict: wait longer before the next one.
             state.probe_interval = min(state.probe_interval * 2, MAX_PROBE_INTERVAL)
         state.probing = False
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
 import time
 from bisect import bisect_left
@@ -21,10 +22,11 @@ import platformdirs
 from localspec.backend.model import Model
 
 CACHE_FILE = "decode-costs.json"
-CACHE_VERSION = 2
+CACHE_VERSION = 4
 MEASURED_BATCHES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 FAR_CONTEXT = 512  # the second context length passes are timed at (capped at half the context)
-REPEATS = 5  # the minimum of a few runs: interference only ever adds time
+REPEATS = 5  # medians of a few runs
+DRAFT_TOKENS_PER_ROUND = 4
 
 
 def _interpolate(table: dict[int, float], x: int) -> float:
@@ -46,6 +48,15 @@ class DecodeCosts:
     far: dict[int, float] = field(default_factory=dict)  # the same at context length far_context
     far_context: int = 0
     draft_token: dict[str, float] = field(default_factory=dict)  # drafter name -> seconds per drafted token
+    # Extra seconds for a step's first draft token: the draft first evaluates what it lacks (the
+    # target's own token, and the last draft token when all were accepted) in one small batch.
+    draft_catch_up: dict[str, float] = field(default_factory=dict)
+
+    def draft(self, source: str, k: int) -> float:
+        """Seconds for `source` to draft k tokens."""
+        if k <= 0:
+            return 0.0
+        return k * self.draft_token.get(source, 0.0) + self.draft_catch_up.get(source, 0.0)
 
     def verify(self, batch: int, context: int = 0) -> float:
         """Seconds for a target pass over `batch` tokens after `context` cached tokens."""
@@ -65,21 +76,43 @@ def _key(model: Model) -> str:
     )
 
 
-def _time_batches(model: Model, sizes: list[int]) -> dict[int, float]:
-    """Minimum time per pass for each size, sizes interleaved so that passing load hits all alike."""
-    token = 100 % model.n_vocab
+def _timed_pass(model: Model, batch: int) -> float:
     base = len(model.cached)
-    best = {b: float("inf") for b in sizes}
+    t0 = time.perf_counter()
+    model.decode([100 % model.n_vocab] * batch, all_logits=True)
+    elapsed = time.perf_counter() - t0
+    if not model.truncate(base):
+        raise RuntimeError("cannot roll back")
+    return elapsed
+
+
+def _time_batches(model: Model, sizes: list[int]) -> dict[int, float]:
+    """Median time per pass for each size, sizes interleaved so that passing load hits all alike."""
+    times: dict[int, list[float]] = {b: [] for b in sizes}
     for rep in range(REPEATS + 1):
         for b in sizes:
-            t0 = time.perf_counter()
-            model.decode([token] * b, all_logits=True)
-            elapsed = time.perf_counter() - t0
-            if not model.truncate(base):
-                raise RuntimeError("cannot roll back")
+            elapsed = _timed_pass(model, b)
             if rep:  # the first round warms caches and pages in the weights
-                best[b] = min(best[b], elapsed)
-    return best
+                times[b].append(elapsed)
+    return {b: statistics.median(t) for b, t in times.items()}
+
+
+def _time_draft_tokens(target: Model, draft: Model, batch: int) -> tuple[float, float]:
+    """Median times of a draft step's first pass (a 2-token catch-up) and of each further draft
+    token, the way drafting runs: right after a target pass, which has pushed the draft's weights
+    out of the CPU caches."""
+    first, rest = [], []
+    for rep in range(REPEATS + 1):
+        _timed_pass(target, batch)
+        base = len(draft.cached)
+        for i in range(DRAFT_TOKENS_PER_ROUND):
+            t0 = time.perf_counter()
+            draft.decode([100 % draft.n_vocab] * (2 if i == 0 else 1), all_logits=False)
+            if rep:
+                (first if i == 0 else rest).append(time.perf_counter() - t0)
+        if not draft.truncate(base):
+            raise RuntimeError("cannot roll back")
+    return statistics.median(first), statistics.median(rest)
 
 
 class CostCache:
@@ -108,8 +141,11 @@ class CostCache:
         data = self._read()
         key = _key(model)
         entry = data.get(key, {})
-        near = {int(b): t for b, t in entry.get("near", {}).items()}
-        far_t = {int(b): t for b, t in entry.get("far", {}).items()}
+        try:
+            near = {int(b): float(t) for b, t in entry.get("near", {}).items()}
+            far_t = {int(b): float(t) for b, t in entry.get("far", {}).items()}
+        except (AttributeError, TypeError, ValueError):  # a damaged entry is measured again
+            entry, near, far_t = {}, {}, {}
         far_context = min(FAR_CONTEXT, model.n_ctx // 2) if far else 0
         wanted = sorted({b for b in MEASURED_BATCHES if b <= max_batch} | {min(max_batch, MEASURED_BATCHES[-1]), 1})
         missing_near = [b for b in wanted if b not in near]
@@ -131,10 +167,25 @@ class CostCache:
         return {b: near[b] for b in wanted}, ({b: far_t[b] for b in wanted} if far_context else {}), far_context
 
 
+    def draft_costs(self, target: Model, draft: Model, batch: int) -> tuple[float, float]:
+        """(first pass, each further token) in seconds for this draft beside this target."""
+        data = self._read()
+        key = f"pair|{_key(target)}|{_key(draft)}"
+        entry = data.get(key)
+        if not (isinstance(entry, list) and len(entry) == 2):
+            target.truncate(0)
+            draft.truncate(0)
+            data[key] = list(_time_draft_tokens(target, draft, batch))
+            self._write(data)
+        first, rest = data[key]
+        return float(first), float(rest)
+
+
 def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
     cache = cache or CostCache()
     near, far, far_context = cache.measure(target, draft_max + 1, far=True)
-    draft_token = {"ngram": 0.0}
+    draft_token, catch_up = {"ngram": 0.0}, {"ngram": 0.0}
     if draft is not None:
-        draft_token["draft-model"] = cache.measure(draft, 1, far=False)[0][1]
-    return DecodeCosts(near, far, far_context, draft_token)
+        first, rest = cache.draft_costs(target, draft, min(draft_max + 1, 8))
+        draft_token["draft-model"], catch_up["draft-model"] = rest, max(first - rest, 0.0)
+    return DecodeCosts(near, far, far_context, draft_token, catch_up)
