@@ -31,7 +31,7 @@ def assert_one_line_error(res: subprocess.CompletedProcess, fragment: str) -> No
 
 
 def test_json_output_fields(tiny: TinyModels):
-    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0", "--draft-max", "4", "--json")
+    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0", "--draft-max", "4", "--draft-mode", "fixed", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) >= {"text", "tokens", "stop_reason", "stats"}
@@ -51,15 +51,16 @@ def test_json_output_fields(tiny: TinyModels):
 
 def test_greedy_cli_matches_target_alone(tiny: TinyModels):
     base = json.loads(localspec("run", "-m", str(tiny.target), "-d", "none", "--no-lookup", "-p", "a dog", "-n", "30", "--temp", "0", "--json").stdout)
-    spec = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.poor), "-p", "a dog", "-n", "30", "--temp", "0", "--json").stdout)
+    spec = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.poor), "-p", "a dog", "-n", "30", "--temp", "0", "--draft-mode", "fixed", "--json").stdout)
     assert base["stats"]["drafter"] == "none" and base["stats"]["acceptance_rate"] == 0.0
+    assert spec["stats"]["n_drafted"] > 0
     assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
 
 
 def test_no_draft_defaults_to_ngram_and_lookup_chains(tiny: TinyModels):
     ngram = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat sat", "-n", "30", "--temp", "0", "--json").stdout)
     assert ngram["stats"]["drafter"] == "ngram"
-    chain = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--lookup", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)
+    chain = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--lookup", "--draft-mode", "fixed", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)
     assert chain["stats"]["drafter"] == "chain"
     assert chain["tokens"] == json.loads(localspec("run", "-m", str(tiny.target), "--no-lookup", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)["tokens"]
     assert sum(v["drafted"] for v in chain["stats"]["drafters"].values()) == chain["stats"]["n_drafted"]
