@@ -38,6 +38,8 @@ DraftMinOpt = Annotated[int | None, typer.Option("--draft-min", help=f"A shorter
 DraftPMinOpt = Annotated[float | None, typer.Option("--draft-p-min", help=f"Stop drafting when the draft's top token probability falls below this, 0: off (default {defaults.DEFAULT_DRAFT_P_MIN}).")]
 DraftModeOpt = Annotated[str | None, typer.Option("--draft-mode", help="auto: pick each step's draft length from measured costs and the acceptance so far (0 when drafting does not pay); fixed: always up to --draft-max (default auto).")]
 DraftPolicyOpt = Annotated[str | None, typer.Option("--draft-policy", help=f"At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution (default {defaults.DEFAULT_DRAFT_POLICY}).")]
+DraftBranchesOpt = Annotated[int | None, typer.Option("--draft-branches", help="Tree drafting: at most this many branches, verified together in one target pass (default 1: a single chain).")]
+DraftPSplitOpt = Annotated[float | None, typer.Option("--draft-p-split", help=f"Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this (default {defaults.DEFAULT_DRAFT_P_SPLIT}).")]
 LookupOpt = Annotated[bool | None, typer.Option("--lookup/--no-lookup", help="Prompt-lookup (n-gram) drafting: on by default without a draft model; --lookup beside a draft model chains them.")]
 LookupMinOpt = Annotated[int | None, typer.Option("--lookup-min", help=f"Shortest n-gram looked up (default {defaults.DEFAULT_LOOKUP_MIN}).")]
 LookupMaxOpt = Annotated[int | None, typer.Option("--lookup-max", help=f"Longest n-gram looked up (default {defaults.DEFAULT_LOOKUP_MAX}).")]
@@ -92,6 +94,8 @@ class Settings:
     lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
     draft_mode: str = "auto"
     draft_policy: str = defaults.DEFAULT_DRAFT_POLICY
+    draft_branches: int = 1
+    draft_p_split: float = defaults.DEFAULT_DRAFT_P_SPLIT
 
     def validate(self) -> None:
         if self.ctx < 0:
@@ -102,6 +106,10 @@ class Settings:
             raise LocalspecError("--lookup-max must be >= --lookup-min")
         if not 0.0 <= self.draft_p_min <= 1.0:
             raise LocalspecError("--draft-p-min must be in [0, 1]")
+        if not 1 <= self.draft_branches <= defaults.MAX_DRAFT_BRANCHES:
+            raise LocalspecError(f"--draft-branches must be in [1, {defaults.MAX_DRAFT_BRANCHES}]")
+        if not 0.0 <= self.draft_p_split <= 1.0:
+            raise LocalspecError("--draft-p-split must be in [0, 1]")
         if self.draft_policy not in ("sample", "greedy"):
             raise LocalspecError("--draft-policy must be 'sample' or 'greedy'")
 
@@ -167,6 +175,8 @@ class ModelArgs:
             lookup_max=settings.lookup_max,
             draft_mode=settings.draft_mode,
             draft_policy=settings.draft_policy,
+            draft_branches=settings.draft_branches,
+            draft_p_split=settings.draft_p_split,
             verbose=self.verbose,
         )
         return options, settings

@@ -14,6 +14,7 @@ from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.tree import TreeDrafter
 from localspec.engine.costs import DecodeCosts, pair_costs
 from localspec.engine.speculative import SpeculativeEngine
 
@@ -34,6 +35,8 @@ class LoadOptions:
     lookup_max: int = 4
     draft_mode: str = "auto"
     draft_policy: str = "sample"
+    draft_branches: int = 1  # > 1: tree drafting with --draft-p-split
+    draft_p_split: float = 0.1
     verbose: bool = False
 
 
@@ -66,6 +69,7 @@ def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tup
             n_gpu_layers=opts.gpu_layers,
             gpu_flag="--gpu-layers",
             rollback_snapshots=opts.draft_max + 1,
+            n_seq_max=opts.draft_branches if opts.draft is not None else 1,
             verbose=opts.verbose,
         ),
         cancel,
@@ -81,6 +85,7 @@ def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tup
                 n_threads_batch=opts.draft_threads,
                 n_gpu_layers=opts.draft_gpu_layers,
                 gpu_flag="--draft-gpu-layers",
+                n_seq_max=opts.draft_branches,
                 verbose=opts.verbose,
             ),
             cancel,
@@ -96,7 +101,9 @@ def build_drafter(draft_model: Model | None, lookup: bool, opts: LoadOptions) ->
     drafters: list[Drafter] = []
     if lookup:
         drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
-    if draft_model is not None:
+    if draft_model is not None and opts.draft_branches > 1:
+        drafters.append(TreeDrafter(draft_model, opts.draft_p_split, opts.draft_branches, opts.draft_p_min))
+    elif draft_model is not None:
         drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min, opts.draft_policy))
     if not drafters:
         return None, "none"

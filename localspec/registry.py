@@ -33,6 +33,8 @@ SETTINGS: dict[str, type | tuple[type, ...]] = {
     "lookup_max": int,
     "draft_mode": str,
     "draft_policy": str,
+    "draft_branches": int,
+    "draft_p_split": (int, float),
 }
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 

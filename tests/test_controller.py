@@ -1,3 +1,5 @@
+import random
+
 import pytest
 
 from localspec.engine.controller import FIRST_PROBE_AFTER, AutoController, FixedBudget, expected_tokens
@@ -9,10 +11,23 @@ def cpu_like() -> DecodeCosts:
     return DecodeCosts({b: 1.0 + 0.3 * (b - 1) for b in (1, 2, 3, 4, 6, 8, 12, 16)}, draft_token={"draft-model": 1 / 6, "ngram": 0.0})
 
 
-def test_expected_tokens_geometric():
-    assert expected_tokens(0.0, 5) == 1.0
-    assert expected_tokens(1.0, 5) == 6.0
-    assert expected_tokens(0.5, 2) == pytest.approx(1 + 0.5 + 0.25)
+def test_expected_tokens():
+    assert expected_tokens([0.0] * 5, 5) == 1.0
+    assert expected_tokens([1.0] * 5, 5) == 6.0
+    assert expected_tokens([0.5, 0.5], 2) == pytest.approx(1 + 0.5 + 0.25)
+    assert expected_tokens([0.5, 1.0, 0.2], 3) == pytest.approx(1 + 0.5 + 0.5 + 0.1)
+
+
+def test_acceptance_is_estimated_per_position():
+    ctl = AutoController(cpu_like(), draft_max=8)
+    # Drafts that survive their first token run long: position 0 is unsure, later ones are safe.
+    for _ in range(30):
+        ctl.update("draft-model", 6, 0)
+        ctl.update("draft-model", 6, 6)
+    alphas = ctl._state("draft-model").alphas(6)
+    assert alphas[0] == pytest.approx(0.5, abs=0.08)
+    assert alphas[1] > 0.8 and all(a > 0.9 for a in alphas[2:])
+    assert ctl.acceptance("draft-model") == alphas[0]
 
 
 def test_costs_interpolate_and_extrapolate():
@@ -48,11 +63,14 @@ def test_high_acceptance_drafts_long_low_acceptance_stops():
 
 
 def test_free_drafts_are_worth_more_than_costly_ones():
-    ctl = AutoController(cpu_like(), draft_max=16)
-    for source in ("ngram", "draft-model"):
-        for _ in range(20):
-            ctl.update(source, 4, 2)
-    assert ctl.best_length("ngram", 16) > ctl.best_length("draft-model", 16)
+    costs = DecodeCosts({b: 1.0 + 0.1 * (b - 1) for b in (1, 2, 4, 8, 16)}, draft_token={"draft-model": 0.3, "ngram": 0.0})
+    ctl = AutoController(costs, draft_max=16)
+    rng = random.Random(0)
+    for _ in range(60):
+        accepted = next(i for i in range(9) if i == 8 or rng.random() > 0.8)  # per-token acceptance 0.8
+        for source in ("ngram", "draft-model"):
+            ctl.update(source, 8, accepted)
+    assert ctl.best_length("ngram", 16) > ctl.best_length("draft-model", 16) > 0
 
 
 def test_cheap_verification_drafts_to_the_cap():

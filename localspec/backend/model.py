@@ -27,6 +27,7 @@ class ModelOptions:
     n_gpu_layers: int = 0
     gpu_flag: str = "--gpu-layers"  # which CLI flag to lower when the GPU runs out of memory
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
+    n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
     verbose: bool = False
 
 
@@ -89,7 +90,9 @@ class Model:
         cparams.n_ctx = options.n_ctx if options.n_ctx > 0 else min(DEFAULT_CTX, train_ctx)
         cparams.n_batch = options.n_batch
         cparams.n_ubatch = options.n_batch
-        cparams.n_seq_max = 1
+        cparams.n_seq_max = options.n_seq_max
+        # Sequences that share cells (a draft tree's common prefix) need one unified KV cache.
+        cparams.kv_unified = options.n_seq_max > 1
         cparams.n_threads = options.n_threads
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
@@ -106,7 +109,7 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.cached: list[int] = []
-        self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
 
     # --- tokens and text -------------------------------------------------------------------
@@ -216,6 +219,49 @@ class Model:
                 # llama.cpp reordered its outputs: gather the rows (a copy, but correct).
                 return np.stack([self._logits_rows(1, first + i)[0] for i in range(rows)])
         return view
+
+    # --- several sequences (tree drafting) ---------------------------------------------------
+    def decode_tree(
+        self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]
+    ) -> np.ndarray:
+        """One pass over tokens at explicit positions, each in the given sequences, with logits for
+        every token. `cached` keeps describing sequence 0 only; the caller commits a path after."""
+        if len(tokens) > self.n_batch:
+            raise ValueError("a tree must fit one batch")
+        batch = self._batch
+        for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids)):
+            batch.token[i] = tok
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = len(seqs)
+            for j, s in enumerate(seqs):
+                batch.seq_id[i][j] = s
+            batch.logits[i] = True
+        batch.n_tokens = len(tokens)
+        rc = llama_cpp.llama_decode(self.ctx, batch)
+        if rc == 2:
+            raise DecodeAborted()
+        if rc != 0:
+            raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
+        return self._logits_rows(len(tokens))
+
+    def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+
+    def drop_seq(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, p0, p1)
+
+    def commit_path(self, seq: int, path: Sequence[int], n_seqs: int) -> None:
+        """After a tree pass: make sequence 0 hold `cached` + `path` (the tokens of sequence `seq`
+        right after the cached ones) and free every other sequence's cells."""
+        base = len(self.cached)
+        if seq != SEQ:
+            self.drop_seq(SEQ, base, -1)
+            self.copy_seq(seq, SEQ, base, base + len(path))
+        else:
+            self.drop_seq(SEQ, base + len(path), -1)
+        for s in range(1, n_seqs):
+            self.drop_seq(s)
+        self.cached.extend(path)
 
     def sync(self, tokens: Sequence[int]) -> np.ndarray:
         """Make the cache hold exactly `tokens`, evaluating only what is not cached yet, and return the

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli_options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftThreadsOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
     GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelArgs, ModelOpt, RawOpt, TempOpt, ThreadsOpt,
     VerboseOpt, fail, user_errors,
 )
@@ -20,6 +20,8 @@ MODES = {
     "auto": "draft model, length chosen per step by the auto controller (the default of run)",
     "ngram": "prompt lookup, auto controller (the default of run without a draft model)",
     "chain": "prompt lookup first, then the draft model, auto controller",
+    "tree": "draft tree (--draft-branches, --draft-p-split), auto controller",
+    "tree-fixed": "draft tree, fixed length",
 }
 
 
@@ -43,6 +45,8 @@ def bench(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    draft_branches: DraftBranchesOpt = None,
+    draft_p_split: DraftPSplitOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
     raw: RawOpt = False,
@@ -54,12 +58,13 @@ def bench(
     from localspec.drafters.chain import ChainDrafter
     from localspec.drafters.draft_model import DraftModelDrafter
     from localspec.drafters.ngram import NgramDrafter
+    from localspec.drafters.tree import TreeDrafter
     from localspec.engine.speculative import GenerationConfig
     from localspec.loader import load_models, measure_costs
 
     args = ModelArgs(
         model, draft, None, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, ctx=ctx, temp=temp,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_branches=draft_branches, draft_p_split=draft_p_split, ctx=ctx, temp=temp,
                    lookup_min=lookup_min, lookup_max=lookup_max),
     )
     has_draft = draft is not None and draft.lower() != "none"
@@ -69,8 +74,10 @@ def bench(
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
         raise fail(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
-    if not has_draft and {"draft", "auto", "chain"} & set(chosen):
-        raise fail("modes 'draft', 'auto' and 'chain' need a draft model (-d)")
+    if not has_draft and {"draft", "auto", "chain", "tree", "tree-fixed"} & set(chosen):
+        raise fail("modes 'draft', 'auto', 'chain' and 'tree' need a draft model (-d)")
+    if {"tree", "tree-fixed"} & set(chosen) and (draft_branches or 1) < 2:
+        raise fail("tree modes need --draft-branches N with N >= 2")
     if repeat < 1 or limit < 0:
         raise fail("--repeat must be >= 1 and --limit >= 0")
     if BASELINE not in chosen:
@@ -88,12 +95,15 @@ def bench(
         try:
             lookup = lambda: NgramDrafter(settings.lookup_min, settings.lookup_max)  # noqa: E731
             model = lambda: DraftModelDrafter(draft_model, settings.draft_p_min, settings.draft_policy)  # noqa: E731
+            tree = lambda: TreeDrafter(draft_model, settings.draft_p_split, settings.draft_branches, settings.draft_p_min)  # noqa: E731
             factories = {
                 "baseline": lambda: Mode("baseline", None, "fixed"),
                 "draft": lambda: Mode("draft", model(), "fixed"),
                 "auto": lambda: Mode("auto", model(), "auto"),
                 "ngram": lambda: Mode("ngram", lookup(), "auto"),
                 "chain": lambda: Mode("chain", ChainDrafter([lookup(), model()]), "auto"),
+                "tree": lambda: Mode("tree", tree(), "auto"),
+                "tree-fixed": lambda: Mode("tree-fixed", tree(), "fixed"),
             }
             costs = measure_costs(target, draft_model, settings.draft_max)
             total = len(selected) * len(chosen) * repeat

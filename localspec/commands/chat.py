@@ -13,7 +13,7 @@ import typer
 
 from localspec import defaults
 from localspec.cli_options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelArgs, ModelOpt, SeedOpt, ShowAcceptedOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     sigint_sets, user_errors,
@@ -111,6 +111,8 @@ def chat(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    draft_branches: DraftBranchesOpt = None,
+    draft_p_split: DraftPSplitOpt = None,
     draft_mode: DraftModeOpt = None,
     lookup: LookupOpt = None,
     lookup_min: LookupMinOpt = None,
@@ -130,7 +132,7 @@ def chat(
 
     args = ModelArgs(
         model, draft, lookup, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_mode=draft_mode, ctx=ctx,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_branches=draft_branches, draft_p_split=draft_p_split, draft_mode=draft_mode, ctx=ctx,
                    temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, lookup_min=lookup_min, lookup_max=lookup_max),
     )
     console = Console()

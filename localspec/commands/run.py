@@ -11,7 +11,7 @@ import typer
 
 from localspec import defaults
 from localspec.cli_options import (
-    EXIT_INTERRUPTED, CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt,
+    EXIT_INTERRUPTED, CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelArgs, ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
     VerboseOpt, fail, sigint_sets, user_errors,
@@ -38,6 +38,8 @@ def run(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    draft_branches: DraftBranchesOpt = None,
+    draft_p_split: DraftPSplitOpt = None,
     draft_mode: DraftModeOpt = None,
     lookup: LookupOpt = None,
     lookup_min: LookupMinOpt = None,
@@ -63,7 +65,7 @@ def run(
         raise fail("no prompt: pass -p TEXT or pipe text on stdin")
     args = ModelArgs(
         model, draft, lookup, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_mode=draft_mode, ctx=ctx, temp=temp,
+        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_branches=draft_branches, draft_p_split=draft_p_split, draft_mode=draft_mode, ctx=ctx, temp=temp,
                    top_k=top_k, top_p=top_p, min_p=min_p, lookup_min=lookup_min, lookup_max=lookup_max),
     )
     seed = seed if seed is not None else secrets.randbits(32)

@@ -19,6 +19,16 @@ class Draft:
     # deterministic proposals, which the target verifies as one-hot drafts.
     probs: list[np.ndarray] | None = None
     source: str = ""
+    # For a draft tree: each token's parent (an earlier index, or -1 for the context's last token).
+    # None means a chain, each token following the one before.
+    parents: list[int] | None = None
+    # What the draft-length controller learns acceptance for (a drafter may tell its kinds of
+    # proposal apart); empty means the source.
+    kind: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.kind or self.source
 
     def __len__(self) -> int:
         return len(self.tokens)

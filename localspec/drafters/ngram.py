@@ -46,23 +46,34 @@ class NgramDrafter:
         else:
             self._extend(context)
 
-    def lookup(self, context: Sequence[int], max_tokens: int) -> list[int]:
-        """The tokens that followed the longest, most recent earlier occurrence of the context's suffix."""
+    def match(self, context: Sequence[int]) -> tuple[int, int]:
+        """(n, position) of the longest, most recent earlier occurrence of the context's last n
+        tokens, the position being where its continuation starts; (0, -1) when none."""
         self._sync(context)
         tokens = self._tokens
         size = len(tokens)
         for n in range(min(self.n_max, size), self.n_min - 1, -1):
             pos = self._index[n].get(tuple(tokens[size - n :]))
             if pos is not None:
-                return tokens[pos : min(pos + max_tokens, size)]
-        return []
+                return n, pos
+        return 0, -1
+
+    def lookup(self, context: Sequence[int], max_tokens: int) -> list[int]:
+        """The tokens that followed the longest, most recent earlier occurrence of the context's suffix."""
+        n, pos = self.match(context)
+        return self._tokens[pos : min(pos + max_tokens, len(self._tokens))] if n else []
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        self._sync(context)
-        limit = budget.limit(self.name)
-        return Draft(self.lookup(context, limit) if limit > 0 else [], None, self.name)
+        n, pos = self.match(context)
+        if not n:
+            return Draft(source=self.name)
+        # Longer matches predict better: the controller keeps an acceptance estimate per length.
+        kind = f"{self.name}-{n}"
+        limit = budget.limit(kind)
+        tokens = self._tokens[pos : min(pos + limit, len(self._tokens))] if limit > 0 else []
+        return Draft(tokens, None, self.name, kind=kind)
 
     def close(self) -> None:
         return None

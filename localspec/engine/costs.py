@@ -51,12 +51,18 @@ class DecodeCosts:
     # Extra seconds for a step's first draft token: the draft first evaluates what it lacks (the
     # target's own token, and the last draft token when all were accepted) in one small batch.
     draft_catch_up: dict[str, float] = field(default_factory=dict)
+    draft_token_far: dict[str, float] = field(default_factory=dict)  # the same at far_context
+    draft_catch_up_far: dict[str, float] = field(default_factory=dict)
 
-    def draft(self, source: str, k: int) -> float:
-        """Seconds for `source` to draft k tokens."""
+    def draft(self, source: str, k: int, context: int = 0) -> float:
+        """Seconds for `source` to draft k tokens after `context` tokens."""
         if k <= 0:
             return 0.0
-        return k * self.draft_token.get(source, 0.0) + self.draft_catch_up.get(source, 0.0)
+        near = k * self.draft_token.get(source, 0.0) + self.draft_catch_up.get(source, 0.0)
+        if source not in self.draft_token_far or self.far_context <= 0:
+            return near
+        far = k * self.draft_token_far[source] + self.draft_catch_up_far.get(source, 0.0)
+        return max(near + (far - near) * context / self.far_context, 0.0)
 
     def verify(self, batch: int, context: int = 0) -> float:
         """Seconds for a target pass over `batch` tokens after `context` cached tokens."""
@@ -167,25 +173,35 @@ class CostCache:
         return {b: near[b] for b in wanted}, ({b: far_t[b] for b in wanted} if far_context else {}), far_context
 
 
-    def draft_costs(self, target: Model, draft: Model, batch: int) -> tuple[float, float]:
-        """(first pass, each further token) in seconds for this draft beside this target."""
+    def draft_costs(self, target: Model, draft: Model, batch: int, far_context: int) -> list[float]:
+        """[first pass, each further token] in seconds for this draft beside this target, at an
+        empty context and then after far_context tokens."""
         data = self._read()
-        key = f"pair|{_key(target)}|{_key(draft)}"
+        key = f"pair|{_key(target)}|{_key(draft)}|c{far_context}"
         entry = data.get(key)
-        if not (isinstance(entry, list) and len(entry) == 2):
+        if not (isinstance(entry, list) and len(entry) == 4):
+            entry = []
+            for context in (0, far_context):
+                target.truncate(0)
+                draft.truncate(0)
+                filler = [100 % target.n_vocab] * context
+                target.decode(filler, all_logits=False)
+                draft.decode(filler, all_logits=False)
+                entry += list(_time_draft_tokens(target, draft, batch))
             target.truncate(0)
             draft.truncate(0)
-            data[key] = list(_time_draft_tokens(target, draft, batch))
+            data[key] = entry
             self._write(data)
-        first, rest = data[key]
-        return float(first), float(rest)
+        return [float(x) for x in entry]
 
 
 def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
     cache = cache or CostCache()
     near, far, far_context = cache.measure(target, draft_max + 1, far=True)
-    draft_token, catch_up = {"ngram": 0.0}, {"ngram": 0.0}
+    costs = DecodeCosts(near, far, far_context, {"ngram": 0.0}, {"ngram": 0.0})
     if draft is not None:
-        first, rest = cache.draft_costs(target, draft, min(draft_max + 1, 8))
-        draft_token["draft-model"], catch_up["draft-model"] = rest, max(first - rest, 0.0)
-    return DecodeCosts(near, far, far_context, draft_token, catch_up)
+        first, rest, first_far, rest_far = cache.draft_costs(target, draft, min(draft_max + 1, 8), far_context)
+        for name in ("draft-model", "tree"):  # a tree costs its draft model per drafted token too
+            costs.draft_token[name], costs.draft_catch_up[name] = rest, max(first - rest, 0.0)
+            costs.draft_token_far[name], costs.draft_catch_up_far[name] = rest_far, max(first_far - rest_far, 0.0)
+    return costs

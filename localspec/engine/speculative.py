@@ -20,6 +20,7 @@ from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.costs import DecodeCosts
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from localspec.engine.text import TextStream
+from localspec.engine.tree import TreeLayout, verify_tree
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample
 
@@ -139,19 +140,22 @@ class SpeculativeEngine:
                     if len(draft) < config.draft_min:
                         draft = Draft()
 
-                logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
-                n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
-                emitted = [*draft.tokens[:n_acc], token]
+                if draft.parents is not None and draft.tokens:
+                    n_acc, emitted, depth = self._tree_step(ctx, draft, config.sampling, rng)
+                else:
+                    logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
+                    n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
+                    emitted, depth = [*draft.tokens[:n_acc], token], len(draft.tokens)
+                    if not target.truncate(len(ctx) + n_acc):
+                        # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
+                        # cache once and go on without speculation.
+                        self._prefill([*ctx, *emitted[:-1]])
+                        drafter = None
+                        yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
                 if draft.tokens:
                     stats.record(draft.source, len(draft.tokens), n_acc)
                     if controller:
-                        controller.update(draft.source, len(draft.tokens), n_acc)
-                if not target.truncate(len(ctx) + n_acc):
-                    # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
-                    # cache once and go on without speculation.
-                    self._prefill([*ctx, *emitted[:-1]])
-                    drafter = None
-                    yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
+                        controller.update(draft.key, depth, n_acc)
                 ctx.extend(emitted)
                 stats.n_steps += 1
                 yield StepEvent(draft.source or None, len(draft.tokens), n_acc, len(emitted))
@@ -175,6 +179,28 @@ class SpeculativeEngine:
         stats.elapsed_s = time.perf_counter() - t_gen
         tail = stream.finish()
         yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
+
+    def _tree_step(
+        self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator
+    ) -> tuple[int, list[int], int]:
+        """Verify a draft tree in one pass; return (accepted, emitted tokens, tree depth)."""
+        target = self.target
+        layout = TreeLayout.build(draft.parents or [])
+        if layout.n_seqs > target.options.n_seq_max:
+            raise LocalspecError(f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences")
+        for s in range(1, layout.n_seqs):
+            target.copy_seq(0, s)  # every branch sees the whole context
+        root = len(ctx) - 1
+        logits = target.decode_tree(
+            [ctx[-1], *draft.tokens],
+            [root, *(root + d for d in layout.depth)],
+            [list(range(layout.n_seqs)), *layout.node_seqs],
+        )
+        path, token = verify_tree(logits, draft.tokens, layout, params, rng)
+        seq = layout.node_seqs[path[-1]][0] if path else 0
+        accepted = [draft.tokens[i] for i in path]
+        target.commit_path(seq, [ctx[-1], *accepted], layout.n_seqs)
+        return len(path), [*accepted, token], max(layout.depth)
 
     def _prefill(self, tokens: Sequence[int]) -> int:
         """Make the target cache hold `tokens`; return how many were already cached."""

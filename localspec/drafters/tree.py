@@ -1,0 +1,110 @@
+"""Multi-branch drafting with llama.cpp's --draft-p-split meaning (its examples/speculative): while
+drafting, a candidate other than a branch's top token whose draft probability exceeds p_split opens
+a new branch, up to `branches` of them; all branches together draft at most the step's budget.
+
+Branches are separate sequences of the draft's unified KV cache, forked with llama_memory_seq_cp,
+and each drafting round decodes the newest token of every live branch in one batch. Proposals are
+the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localspec.backend.model import Model
+from localspec.drafters.base import Draft
+from localspec.engine.controller import Budget
+from localspec.sampling import SamplingParams
+
+
+@dataclass
+class _Branch:
+    seq: int
+    last: int  # the branch's newest node (-1: none yet)
+    probs: np.ndarray  # draft probabilities for the branch's next token
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    x = np.asarray(logits, dtype=np.float64)
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def _top(probs: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the n most probable tokens, most probable first (without sorting the vocabulary)."""
+    if n < len(probs):
+        part = np.argpartition(-probs, n)[:n]
+        return part[np.argsort(-probs[part], kind="stable")]
+    return np.argsort(-probs, kind="stable")
+
+
+class TreeDrafter:
+    name = "tree"
+
+    def __init__(self, model: Model, p_split: float = 0.1, branches: int = 4, p_min: float = 0.0) -> None:
+        if branches > model.options.n_seq_max:
+            raise ValueError("the draft context needs n_seq_max >= branches")
+        self.model = model
+        self.p_split = p_split
+        self.branches = branches
+        self.p_min = p_min
+
+    def begin(self, context: Sequence[int]) -> None:
+        self.model.sync(context)
+
+    def propose(
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        limit = budget.limit(self.name)
+        draft = Draft(source=self.name, parents=[])
+        if limit < 1:
+            return draft
+        model = self.model
+        live = [_Branch(0, -1, _softmax(model.sync(context)))]
+        n_seqs = 1
+        main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
+        position = len(context)
+        try:
+            while live and len(draft.tokens) < limit:
+                grown: list[_Branch] = []
+                for br in live:
+                    if len(draft.tokens) >= limit:
+                        break
+                    order = _top(br.probs, self.branches)
+                    if self.p_min > 0.0 and br.probs[order[0]] < self.p_min:
+                        continue  # this branch is too unsure to go on
+                    for rank, cand in enumerate(order):
+                        if len(draft.tokens) >= limit:
+                            break
+                        if rank:
+                            if br.probs[cand] <= self.p_split or n_seqs >= self.branches:
+                                break
+                            model.copy_seq(br.seq, n_seqs)  # the new branch shares everything so far
+                            seq, n_seqs = n_seqs, n_seqs + 1
+                        else:
+                            seq = br.seq
+                        draft.tokens.append(int(cand))
+                        draft.parents.append(br.last)  # type: ignore[union-attr]
+                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.probs))
+                if not grown or len(draft.tokens) >= limit:
+                    break  # the last round's tokens need no evaluation
+                logits = model.decode_tree(
+                    [draft.tokens[b.last] for b in grown], [position] * len(grown), [[b.seq] for b in grown]
+                )
+                for i, b in enumerate(grown):
+                    b.probs = _softmax(logits[i])
+                    if b.seq == 0:
+                        main_path.append(draft.tokens[b.last])
+                live = grown
+                position += 1
+        finally:
+            # Keep only the top path in sequence 0; the next sync evaluates what the target accepted.
+            for s in range(1, n_seqs):
+                model.drop_seq(s)
+            model.cached.extend(main_path)
+        return draft
+
+    def close(self) -> None:
+        self.model.close()
