@@ -24,13 +24,13 @@ from localspec.bench import load_prompts
 from localspec.hardware import physical_cores
 from localspec.prompt import render_chat
 
-EVAL_RE = re.compile(r"eval time =\s*[\d.]+ ms /\s*\d+ (?:runs|tokens).*?([\d.]+) tokens per second")
+EVAL_RE = re.compile(r"(?<!prompt )eval time =\s*[\d.]+ ms /\s*\d+ (?:runs|tokens).*?([\d.]+) tokens per second")
 DECODED_RE = re.compile(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s")
 ACCEPT_RE = re.compile(r"accept\s+=\s+([\d.]+)%")
 
 
 def run(cmd: list[str]) -> str:
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cmd, capture_output=True, encoding="utf-8", errors="replace", timeout=900)
     return res.stdout + res.stderr
 
 
@@ -64,7 +64,7 @@ def main() -> None:
             line = [f"{category:12s} {pid:>4s} native base {base:6.2f} tok/s"]
             for k in sizes:
                 out = run([str(a.native / "llama-speculative-simple"), "-m", str(a.target), "-md", str(a.draft), "-f", str(f),
-                           "--draft-max", str(k), "--draft-min", "0", "-td", t, "-tbd", t, "-ngld", "0", *common])
+                           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "-td", t, "-tbd", t, "-ngld", "0", *common])
                 m_spec, m_acc = DECODED_RE.search(out), ACCEPT_RE.search(out)
                 if not m_spec:
                     raise SystemExit(f"could not read llama-speculative-simple's speed:\n{out[-2000:]}")

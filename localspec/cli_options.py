@@ -113,10 +113,22 @@ class Settings:
         if self.draft_policy not in ("sample", "greedy"):
             raise LocalspecError("--draft-policy must be 'sample' or 'greedy'")
 
-    def sampling(self):  # -> SamplingParams
+    def generation_config(self, max_tokens: int, seed: int | None, stop: tuple[str, ...] = ()):  # -> GenerationConfig
+        """The engine's per-generation settings, validated."""
+        from localspec.engine.speculative import GenerationConfig
         from localspec.sampling import SamplingParams
 
-        return SamplingParams(temperature=self.temp, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p)
+        config = GenerationConfig(
+            max_tokens=max_tokens,
+            sampling=SamplingParams(temperature=self.temp, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p),
+            seed=seed,
+            stop=stop,
+            draft_max=self.draft_max,
+            draft_min=self.draft_min,
+            draft_mode=self.draft_mode,
+        )
+        config.validate()
+        return config
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localspec.backend.gguf_file import check_gguf
+from localspec.defaults import DEFAULT_DRAFT_MAX
 from localspec.backend.model import Model, ModelOptions, VocabModel
 from localspec.backend.vocab import check_compatible
 from localspec.drafters.base import Drafter
@@ -29,7 +30,7 @@ class LoadOptions:
     draft_threads: int = 1
     gpu_layers: int = 0
     draft_gpu_layers: int = 0
-    draft_max: int = 8
+    draft_max: int = DEFAULT_DRAFT_MAX
     draft_p_min: float = 0.0
     lookup_min: int = 2
     lookup_max: int = 4

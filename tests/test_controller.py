@@ -117,3 +117,10 @@ def test_no_probing_when_even_perfect_drafts_cannot_pay():
     ctl = AutoController(costly, draft_max=8)
     budget = ctl.budget(8)
     assert all(budget.limit("draft-model") == 0 for _ in range(200))
+
+
+def test_split_threshold_follows_verification_cost():
+    cheap = AutoController(DecodeCosts({1: 1.0, 16: 1.05}, draft_token={"tree": 0.02}), draft_max=8)
+    dear = AutoController(DecodeCosts({b: 1.0 + 0.3 * (b - 1) for b in (1, 2, 4, 8, 16)}, draft_token={"tree": 0.15}), draft_max=8)
+    assert 0.0 < cheap.split_threshold("tree", 8) < 0.1 < dear.split_threshold("tree", 8) < 1.0
+    assert FixedBudget(8).split_threshold("tree") == 0.0

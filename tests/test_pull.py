@@ -41,6 +41,9 @@ target = { repo = "test/target-GGUF", quant = "Q2_K" }
 
 ["broken"]
 target = { repo = "test/target-GGUF" }
+
+["nowhere"]
+target = { repo = "test/nowhere-GGUF", quant = "Q4_0" }
 """
 
 
@@ -146,6 +149,11 @@ def test_interrupted_download_resumes_on_next_pull_without_refetching(hub):
 def test_gated_repo(hub):
     err = one_line_error(cli(hub, "pull", "gated"))
     assert "gated" in err and "HF_TOKEN" in err
+
+
+def test_missing_repository(hub):
+    err = one_line_error(cli(hub, "pull", "nowhere"))
+    assert "test/nowhere-GGUF not found" in err and "HF_TOKEN" in err
 
 
 def test_missing_quant_lists_what_exists(hub):

@@ -59,7 +59,6 @@ def bench(
     from localspec.drafters.draft_model import DraftModelDrafter
     from localspec.drafters.ngram import NgramDrafter
     from localspec.drafters.tree import TreeDrafter
-    from localspec.engine.speculative import GenerationConfig
     from localspec.loader import load_models, measure_costs
 
     args = ModelArgs(
@@ -85,11 +84,7 @@ def bench(
     result = BenchResult()
     with user_errors():
         load_options, settings = args.prepare()
-        config = GenerationConfig(
-            max_tokens=max_tokens, sampling=settings.sampling(), seed=0,
-            draft_max=settings.draft_max, draft_min=settings.draft_min,
-        )
-        config.validate()
+        config = settings.generation_config(max_tokens, seed=0)
         selected = load_prompts(prompts, category or (), limit)
         target, draft_model = load_models(load_options)
         try:

@@ -125,7 +125,6 @@ def chat(
     from rich.text import Text
 
     from localspec.chat import ChatSession
-    from localspec.engine.speculative import GenerationConfig
     from localspec.loader import load
     from localspec.render import render_plain, summary_line
     from localspec.tui import LiveRenderer
@@ -140,11 +139,7 @@ def chat(
     notify = lambda m: err.print(Text(m, style="yellow"))  # noqa: E731
     with user_errors():
         load_options, settings = args.prepare()
-        config = GenerationConfig(
-            max_tokens=max_tokens, sampling=settings.sampling(), seed=seed if seed is not None else secrets.randbits(32),
-            draft_max=settings.draft_max, draft_min=settings.draft_min, draft_mode=settings.draft_mode,
-        )
-        config.validate()
+        config = settings.generation_config(max_tokens, seed if seed is not None else secrets.randbits(32))
         loaded = load(load_options)
     session = ChatSession(loaded, config, system, model_name=model or defaults.EMBEDDED_NAME)
     save_history = _setup_history()

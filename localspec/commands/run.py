@@ -53,7 +53,6 @@ def run(
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
     from rich.console import Console
 
-    from localspec.engine.speculative import GenerationConfig
     from localspec.loader import load
     from localspec.prompt import prompt_tokens
     from localspec.render import collect, render_plain, result_json, summary_line
@@ -72,16 +71,7 @@ def run(
     cancel = threading.Event()
     with user_errors():
         load_options, settings = args.prepare()
-        config = GenerationConfig(
-            max_tokens=max_tokens,
-            sampling=settings.sampling(),
-            seed=seed,
-            stop=tuple(stop or ()),
-            draft_max=settings.draft_max,
-            draft_min=settings.draft_min,
-            draft_mode=settings.draft_mode,
-        )
-        config.validate()
+        config = settings.generation_config(max_tokens, seed, tuple(stop or ()))
         loaded = load(load_options, cancel)
         try:
             tokens = prompt_tokens(loaded.target, prompt, raw)

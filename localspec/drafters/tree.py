@@ -4,7 +4,9 @@ a new branch, up to `branches` of them; all branches together draft at most the 
 
 Branches are separate sequences of the draft's unified KV cache, forked with llama_memory_seq_cp,
 and each drafting round decodes the newest token of every live branch in one batch. Proposals are
-the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree.py)."""
+the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree.py). Under
+the auto controller a branch must also clear the cost of the wider pass it causes, so trees branch
+where verification is cheap (GPUs) and hardly on CPUs."""
 
 from __future__ import annotations
 
@@ -62,6 +64,7 @@ class TreeDrafter:
         if limit < 1:
             return draft
         model = self.model
+        p_split = max(self.p_split, budget.split_threshold(self.name))
         live = [_Branch(0, -1, _softmax(model.sync(context)))]
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
@@ -79,7 +82,7 @@ class TreeDrafter:
                         if len(draft.tokens) >= limit:
                             break
                         if rank:
-                            if br.probs[cand] <= self.p_split or n_seqs >= self.branches:
+                            if br.probs[cand] <= p_split or n_seqs >= self.branches:
                                 break
                             model.copy_seq(br.seq, n_seqs)  # the new branch shares everything so far
                             seq, n_seqs = n_seqs, n_seqs + 1

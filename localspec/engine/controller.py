@@ -38,6 +38,9 @@ class Budget(Protocol):
     def limit(self, source: str) -> int:
         """The most tokens `source` may draft this step."""
 
+    def split_threshold(self, source: str) -> float:
+        """The least draft probability a side branch's token needs to be worth its cost."""
+
 
 @dataclass
 class FixedBudget:
@@ -45,6 +48,9 @@ class FixedBudget:
 
     def limit(self, source: str) -> int:
         return self.cap
+
+    def split_threshold(self, source: str) -> float:
+        return 0.0
 
 
 @dataclass
@@ -143,6 +149,14 @@ class AutoController:
             state.probe_interval = min(state.probe_interval * 2, MAX_PROBE_INTERVAL)
         state.probing = False
 
+    def split_threshold(self, source: str, cap: int, context: int = 0) -> float:
+        """A side-branch token costs a draft token and a wider target pass, and saves at most about
+        one target pass if accepted: worth it only when its probability exceeds that cost ratio."""
+        cap = max(1, min(cap, self.draft_max))
+        marginal = self.costs.draft(source, cap + 1, context) - self.costs.draft(source, cap, context)
+        marginal += (self.costs.verify(cap + 1, context) - self.costs.verify(1, context)) / cap
+        return min(1.0, max(0.0, marginal / self.costs.verify(1, context)))
+
     def acceptance(self, source: str) -> float:
         return self._state(source).alphas(1)[0]
 
@@ -155,3 +169,6 @@ class _AutoBudget:
 
     def limit(self, source: str) -> int:
         return self.controller.limit(source, self.cap, self.context)
+
+    def split_threshold(self, source: str) -> float:
+        return self.controller.split_threshold(source, self.cap, self.context)

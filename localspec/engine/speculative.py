@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model, common_prefix
+from localspec.defaults import DEFAULT_DRAFT_MAX
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.costs import DecodeCosts
@@ -34,7 +35,7 @@ class GenerationConfig:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     stop: tuple[str, ...] = ()
-    draft_max: int = 8
+    draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = 0
     draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
 
