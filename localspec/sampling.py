@@ -34,7 +34,7 @@ class SamplingParams:
             raise ValueError("--min-p must be in [0, 1)")
 
 
-def _softmax(x: np.ndarray) -> np.ndarray:
+def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return e / e.sum()
 
@@ -51,14 +51,14 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     order = np.argsort(-cand, kind="stable")
     ids, cand = ids[order], cand[order]
     if params.top_p < 1.0:
-        cum = np.cumsum(_softmax(cand))
+        cum = np.cumsum(softmax(cand))
         keep = int(np.searchsorted(cum, params.top_p)) + 1  # up to and including the token crossing top_p
         ids, cand = ids[:keep], cand[:keep]
     if params.min_p > 0.0:
         keep_mask = cand >= cand[0] + np.log(params.min_p)
         ids, cand = ids[keep_mask], cand[keep_mask]
     out = np.zeros(vocab, dtype=np.float64)
-    out[ids] = _softmax(cand / params.temperature)
+    out[ids] = softmax(cand / params.temperature)
     return out
 
 

@@ -239,6 +239,8 @@ class Model:
         batch.n_tokens = len(tokens)
         rc = llama_cpp.llama_decode(self.ctx, batch)
         if rc == 2:
+            # As in _decode_chunk: drop whatever part of the batch reached the cache, in every sequence.
+            llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)
             raise DecodeAborted()
         if rc != 0:
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
@@ -263,17 +265,21 @@ class Model:
             self.drop_seq(s)
         self.cached.extend(path)
 
-    def sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """Make the cache hold exactly `tokens`, evaluating only what is not cached yet, and return the
-        logits after the last token."""
+    def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False) -> int:
+        """Make the cache hold exactly `tokens`, evaluating only what is not cached yet; return how
+        many were reused. reevaluate_last: evaluate the last token even if cached, for its logits."""
         n = common_prefix(self.cached, tokens)
-        if n == len(tokens):
-            n -= 1  # its logits are gone: evaluate the last token again
+        if reevaluate_last and n == len(tokens):
+            n -= 1
         if not self.truncate(n):
             n = 0
-        logits = self.decode(tokens[n:], all_logits=False)
-        assert logits is not None
-        return logits[0]
+        self.decode(tokens[n:], all_logits=False)
+        return n
+
+    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+        """prefill(), then the logits after the last token."""
+        self.prefill(tokens, reevaluate_last=True)
+        return self._logits_rows(1, first=-1)[0]
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -18,7 +18,7 @@ import numpy as np
 from localspec.backend.model import Model
 from localspec.drafters.base import Draft
 from localspec.engine.controller import Budget
-from localspec.sampling import SamplingParams
+from localspec.sampling import SamplingParams, softmax
 
 
 @dataclass
@@ -28,10 +28,8 @@ class _Branch:
     probs: np.ndarray  # draft probabilities for the branch's next token
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    x = np.asarray(logits, dtype=np.float64)
-    e = np.exp(x - x.max())
-    return e / e.sum()
+def _probs(logits: np.ndarray) -> np.ndarray:
+    return softmax(np.asarray(logits, dtype=np.float64))
 
 
 def _top(probs: np.ndarray, n: int) -> np.ndarray:
@@ -65,7 +63,7 @@ class TreeDrafter:
             return draft
         model = self.model
         p_split = max(self.p_split, budget.split_threshold(self.name))
-        live = [_Branch(0, -1, _softmax(model.sync(context)))]
+        live = [_Branch(0, -1, _probs(model.sync(context)))]
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
         position = len(context)
@@ -97,7 +95,7 @@ class TreeDrafter:
                     [draft.tokens[b.last] for b in grown], [position] * len(grown), [[b.seq] for b in grown]
                 )
                 for i, b in enumerate(grown):
-                    b.probs = _softmax(logits[i])
+                    b.probs = _probs(logits[i])
                     if b.seq == 0:
                         main_path.append(draft.tokens[b.last])
                 live = grown

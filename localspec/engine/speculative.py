@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localspec.backend.model import DecodeAborted, Model, common_prefix
+from localspec.backend.model import DecodeAborted, Model
 from localspec.defaults import DEFAULT_DRAFT_MAX
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.controller import AutoController, FixedBudget
@@ -115,7 +115,7 @@ class SpeculativeEngine:
         try:
             # The last prompt token goes into the first verification batch, so even the first
             # generated token can come from the draft.
-            reused = self._prefill(ctx[:-1])
+            reused = target.prefill(ctx[:-1])
             stats.n_prompt_evaluated = len(ctx) - reused
             if drafter is not None:
                 drafter.begin(ctx)
@@ -150,7 +150,7 @@ class SpeculativeEngine:
                     if not target.truncate(len(ctx) + n_acc):
                         # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
                         # cache once and go on without speculation.
-                        self._prefill([*ctx, *emitted[:-1]])
+                        target.prefill([*ctx, *emitted[:-1]])
                         drafter = None
                         yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
                 if draft.tokens:
@@ -202,12 +202,3 @@ class SpeculativeEngine:
         accepted = [draft.tokens[i] for i in path]
         target.commit_path(seq, [ctx[-1], *accepted], layout.n_seqs)
         return len(path), [*accepted, token], max(layout.depth)
-
-    def _prefill(self, tokens: Sequence[int]) -> int:
-        """Make the target cache hold `tokens`; return how many were already cached."""
-        target = self.target
-        n = common_prefix(target.cached, tokens)
-        if not target.truncate(n):
-            n = 0
-        target.decode(tokens[n:], all_logits=False)
-        return n
