@@ -2,7 +2,9 @@ import random
 
 import pytest
 
-from localspec.engine.controller import FIRST_PROBE_AFTER, AutoController, FixedBudget, expected_tokens
+from localspec.engine.controller import FIRST_PROBE_AFTER, PROBE_CATCH_UP, AutoController, FixedBudget
+from localspec.engine.costs import MAX_CATCH_UP
+from localspec.engine.estimates import expected_tokens
 from localspec.engine.costs import DecodeCosts
 
 
@@ -24,10 +26,9 @@ def test_acceptance_is_estimated_per_position():
     for _ in range(30):
         ctl.update("draft-model", 6, 0)
         ctl.update("draft-model", 6, 6)
-    alphas = ctl._state("draft-model").alphas(6)
+    alphas = ctl.estimates("draft-model").alphas(6)
     assert alphas[0] == pytest.approx(0.5, abs=0.08)
     assert alphas[1] > 0.8 and all(a > 0.9 for a in alphas[2:])
-    assert ctl.acceptance("draft-model") == alphas[0]
 
 
 def test_costs_interpolate_and_extrapolate():
@@ -90,6 +91,7 @@ def test_probes_after_idle_steps_and_backs_off():
     limits = [budget.limit("ngram") for _ in range(FIRST_PROBE_AFTER)]
     assert limits[:-1] == [0] * (FIRST_PROBE_AFTER - 1) and limits[-1] == 1
     ctl.update("ngram", 1, 0)  # failed probe: the next one comes later
+    ctl.record_step(1, 1)
     limits = [budget.limit("ngram") for _ in range(2 * FIRST_PROBE_AFTER)]
     assert limits.count(1) == 1 and limits[-1] == 1
 
@@ -119,8 +121,74 @@ def test_no_probing_when_even_perfect_drafts_cannot_pay():
     assert all(budget.limit("draft-model") == 0 for _ in range(200))
 
 
-def test_split_threshold_follows_verification_cost():
-    cheap = AutoController(DecodeCosts({1: 1.0, 16: 1.05}, draft_token={"tree": 0.02}), draft_max=8)
-    dear = AutoController(DecodeCosts({b: 1.0 + 0.3 * (b - 1) for b in (1, 2, 4, 8, 16)}, draft_token={"tree": 0.15}), draft_max=8)
-    assert 0.0 < cheap.split_threshold("tree", 8) < 0.1 < dear.split_threshold("tree", 8) < 1.0
-    assert FixedBudget(8).split_threshold("tree") == 0.0
+def test_confidence_is_calibrated_against_what_was_accepted():
+    ctl = AutoController(cpu_like(), draft_max=8)
+    budget = ctl.budget(8)
+    assert budget.acceptance("draft-model", 0.9) == pytest.approx(0.9)  # no evidence yet: taken at its word
+    for _ in range(40):
+        # An over-confident draft: its 0.9-sure tokens are right half the time, its 0.999-sure ones always.
+        ctl.update("draft-model", 4, 2, [(0.999, True), (0.9, True), (0.9, False)])
+    assert budget.acceptance("draft-model", 0.9) == pytest.approx(0.5, abs=0.05)
+    assert budget.acceptance("draft-model", 0.999) > 0.95
+
+
+def test_sure_drafts_run_long_and_unsure_ones_stop():
+    ctl = AutoController(cpu_like(), draft_max=16)
+    for _ in range(30):
+        ctl.update("draft-model", 8, 8)
+    budget = ctl.budget(16)
+    assert budget.limit("draft-model", calibrated=True) == 16  # drafting pays: the tokens decide how far
+    assert budget.keep("draft-model", 0.99, 12) and budget.extend("draft-model", 0.99, 12)
+    assert budget.keep("draft-model", 0.8, 12) and not budget.extend("draft-model", 0.8, 12)
+    assert not budget.keep("draft-model", 0.05, 3)  # a long shot is not worth its verification
+    assert not budget.extend("draft-model", 0.9, 16)  # never past the cap
+    # A wider pass costs less where verification is cheap: the same long shot is worth it there.
+    gpu = AutoController(DecodeCosts({1: 1.0, 32: 1.02}, draft_token={"draft-model": 0.01}), draft_max=16)
+    for _ in range(30):
+        gpu.update("draft-model", 8, 8)
+    assert gpu.budget(16).keep("draft-model", 0.05, 3)
+
+
+def test_a_draft_that_never_pays_stops_being_asked_and_probes_cheaply():
+    ctl = AutoController(cpu_like(), draft_max=8)
+    asked = []
+    for _ in range(80):
+        budget = ctl.budget(8)
+        k = budget.limit("draft-model", calibrated=True)
+        asked.append(k > 0)
+        if k:
+            # Each time it drafts nothing worth verifying: the step paid a draft pass for one token.
+            assert not budget.keep("draft-model", 0.01, 1)
+            if len(asked) > 20:
+                assert budget.catch_up("draft-model") == PROBE_CATCH_UP  # by now every ask is a probe
+        ctl.record_step(0, 1)
+    assert asked[0] and sum(asked) < 10
+
+
+def test_a_good_draft_is_asked_again_soon_after_a_bad_patch():
+    ctl = AutoController(cpu_like(), draft_max=8)
+    for _ in range(12):  # a bad patch: asked steps win nothing
+        if ctl.budget(8).limit("draft-model", calibrated=True):
+            ctl.update("draft-model", 4, 0)
+        ctl.record_step(4, 1)
+    assert ctl.budget(8).limit("draft-model", calibrated=True) == 0
+    back = None
+    for step in range(40):  # then every draft is right
+        budget = ctl.budget(8)
+        k = budget.limit("draft-model", calibrated=True)
+        if k:
+            ctl.update("draft-model", k, k)
+            ctl.record_step(k, k + 1)
+            if budget.catch_up("draft-model") == MAX_CATCH_UP:
+                back = step
+                break
+        else:
+            ctl.record_step(0, 1)
+    assert back is not None and back < 20
+
+
+def test_fixed_budget_keeps_everything_up_to_its_cap():
+    fixed = FixedBudget(4)
+    assert fixed.acceptance("draft-model", 0.3) == 0.3
+    assert fixed.keep("draft-model", 0.0, 4) and not fixed.keep("draft-model", 1.0, 5)
+    assert fixed.extend("draft-model", 0.0, 3) and not fixed.extend("draft-model", 1.0, 4)

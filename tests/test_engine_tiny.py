@@ -150,6 +150,22 @@ def test_cancel_stops_generation(tiny, target):
             assert ev.stats.n_generated == 5
 
 
+def test_cancel_stops_a_long_pass_midway_and_leaves_the_cache_exact(tiny):
+    import threading
+
+    from localspec.backend.model import ABORTABLE_BATCH, DecodeAborted
+
+    cancel = threading.Event()
+    with Model(tiny.target, model_options(), cancel) as m:
+        m.decode([5, 6, 7], all_logits=False)
+        cancel.set()
+        with pytest.raises(DecodeAborted):
+            m.decode([8] * ABORTABLE_BATCH, all_logits=False)  # a prompt-sized pass stops at once
+        assert m.cached == [5, 6, 7]
+        # A generation-sized pass finishes: the loop checks the event between passes instead.
+        assert m.decode([8, 9], all_logits=True) is not None and m.cached == [5, 6, 7, 8, 9]
+
+
 # --- sampling: the output distribution must be the target's --------------------------------------
 
 N_SAMPLES = 2500

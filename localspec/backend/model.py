@@ -16,6 +16,7 @@ from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
 
 SEQ = 0  # every model here decodes a single sequence
+ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class Model:
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
         cparams.abort_callback = self._abort_cb
+        self._watching = True
         if self.recurrent:
             cparams.n_rs_seq = options.rollback_snapshots
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
@@ -199,7 +201,7 @@ class Model:
         if want_last:
             batch.logits[n - 1] = True
         batch.n_tokens = n
-        rc = llama_cpp.llama_decode(self.ctx, batch)
+        rc = self._llama_decode(n)
         if rc == 2:
             # An aborted decode may leave part of the batch in the cache: drop it so `cached` stays exact.
             llama_cpp.llama_memory_seq_rm(self.memory, SEQ, base, -1)
@@ -207,6 +209,17 @@ class Model:
         if rc != 0:
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} at position {base}")
         self.cached.extend(chunk)
+
+    def _llama_decode(self, n_tokens: int) -> int:
+        # llama.cpp calls the abort callback for every graph node, a Python call each time: about 2%
+        # of a short pass. Only long passes (prompts) need to stop mid-way; the generation loop
+        # checks for Ctrl-C between its short ones.
+        watch = n_tokens >= ABORTABLE_BATCH
+        if watch != self._watching:
+            cb = self._abort_cb if watch else ctypes.cast(None, llama_cpp.ggml_abort_callback)
+            llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
+            self._watching = watch
+        return llama_cpp.llama_decode(self.ctx, self._batch)
 
     def _logits_rows(self, rows: int, first: int = 0) -> np.ndarray:
         ptr = llama_cpp.llama_get_logits_ith(self.ctx, first)
@@ -237,7 +250,7 @@ class Model:
                 batch.seq_id[i][j] = s
             batch.logits[i] = True
         batch.n_tokens = len(tokens)
-        rc = llama_cpp.llama_decode(self.ctx, batch)
+        rc = self._llama_decode(len(tokens))
         if rc == 2:
             # As in _decode_chunk: drop whatever part of the batch reached the cache, in every sequence.
             llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)

@@ -22,6 +22,9 @@ class Draft:
     # For a draft tree: each token's parent (an earlier index, or -1 for the context's last token).
     # None means a chain, each token following the one before.
     parents: list[int] | None = None
+    # How sure the drafter was of each token (its probability under the draft), for the
+    # controller to calibrate; None when the drafter has no such measure.
+    confidences: list[float] | None = None
     # What the draft-length controller learns acceptance for (a drafter may tell its kinds of
     # proposal apart); empty means the source.
     kind: str = ""

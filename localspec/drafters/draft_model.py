@@ -8,6 +8,7 @@ import numpy as np
 
 from localspec.backend.model import Model
 from localspec.drafters.base import Draft
+from localspec.drafters.view import DraftView
 from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams, distribution, max_prob, sample
 
@@ -25,36 +26,44 @@ class DraftModelDrafter:
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"draft policy must be one of {DRAFT_POLICIES}")
         self.model = model
+        self.view = DraftView(model)
         self.p_min = p_min
         self.policy = policy
 
     def begin(self, context: Sequence[int]) -> None:
-        self.model.sync(context)
+        self.view.begin(context)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
         greedy = params.greedy or self.policy == "greedy"
-        draft = Draft(probs=None if greedy else [], source=self.name)
-        max_tokens = budget.limit(self.name)
+        draft = Draft(probs=None if greedy else [], source=self.name, confidences=[])
+        max_tokens = budget.limit(self.name, calibrated=True)
         if max_tokens < 1:
             return draft
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
-        logits = self.model.sync(context)
-        for i in range(max_tokens):
+        logits = self.view.sync(context, budget.catch_up(self.name))
+        path_p = 1.0
+        for n in range(1, max_tokens + 1):
             if greedy:
-                token = int(np.argmax(logits))
-                if self.p_min > 0.0 and max_prob(logits) < self.p_min:
-                    break
+                token, confidence = int(np.argmax(logits)), max_prob(logits)
+                top = confidence
             else:
                 q = distribution(logits, params)
-                if self.p_min > 0.0 and q.max() < self.p_min:
-                    break
                 token = sample(q, rng)
-                draft.probs.append(q)  # type: ignore[union-attr]
+                confidence, top = float(q[token]), float(q.max())
+            if top < self.p_min:
+                break
+            path_p *= budget.acceptance(self.name, confidence)
+            if not budget.keep(self.name, path_p, n):
+                break
             draft.tokens.append(token)
-            if i + 1 < max_tokens:
-                logits = self.model.decode([token], all_logits=False)[0]  # type: ignore[index]
+            draft.confidences.append(confidence)  # type: ignore[union-attr]
+            if not greedy:
+                draft.probs.append(q)  # type: ignore[union-attr]
+            if not budget.extend(self.name, path_p, n):
+                break
+            logits = self.model.decode([token], all_logits=False)[0]  # type: ignore[index]
         return draft
 
     def close(self) -> None:

@@ -5,8 +5,11 @@ a new branch, up to `branches` of them; all branches together draft at most the 
 Branches are separate sequences of the draft's unified KV cache, forked with llama_memory_seq_cp,
 and each drafting round decodes the newest token of every live branch in one batch. Proposals are
 the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree.py). Under
-the auto controller a branch must also clear the cost of the wider pass it causes, so trees branch
-where verification is cheap (GPUs) and hardly on CPUs."""
+the auto controller every node, a branch's top token or a side branch alike, must also be worth
+its place in the wider target pass: its calibrated chance of being accepted along with its whole
+path has to beat what the extra verified token costs. Where verification is cheap (GPUs) trees
+branch wherever the draft hesitates; where it is dear (CPUs) they stay close to a single chain.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import numpy as np
 
 from localspec.backend.model import Model
 from localspec.drafters.base import Draft
+from localspec.drafters.view import DraftView
 from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams, softmax
 
@@ -26,6 +30,7 @@ class _Branch:
     seq: int
     last: int  # the branch's newest node (-1: none yet)
     probs: np.ndarray  # draft probabilities for the branch's next token
+    path_p: float = 1.0  # the chance that everything up to the branch's newest node is accepted
 
 
 def _probs(logits: np.ndarray) -> np.ndarray:
@@ -47,23 +52,23 @@ class TreeDrafter:
         if branches > model.options.n_seq_max:
             raise ValueError("the draft context needs n_seq_max >= branches")
         self.model = model
+        self.view = DraftView(model)
         self.p_split = p_split
         self.branches = branches
         self.p_min = p_min
 
     def begin(self, context: Sequence[int]) -> None:
-        self.model.sync(context)
+        self.view.begin(context)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        limit = budget.limit(self.name)
-        draft = Draft(source=self.name, parents=[])
+        limit = budget.limit(self.name, calibrated=True)
+        draft = Draft(source=self.name, parents=[], confidences=[])
         if limit < 1:
             return draft
         model = self.model
-        p_split = max(self.p_split, budget.split_threshold(self.name))
-        live = [_Branch(0, -1, _probs(model.sync(context)))]
+        live = [_Branch(0, -1, _probs(self.view.sync(context, budget.catch_up(self.name))))]
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
         position = len(context)
@@ -71,25 +76,27 @@ class TreeDrafter:
             while live and len(draft.tokens) < limit:
                 grown: list[_Branch] = []
                 for br in live:
-                    if len(draft.tokens) >= limit:
-                        break
                     order = _top(br.probs, self.branches)
-                    if self.p_min > 0.0 and br.probs[order[0]] < self.p_min:
+                    if br.probs[order[0]] < self.p_min:
                         continue  # this branch is too unsure to go on
                     for rank, cand in enumerate(order):
-                        if len(draft.tokens) >= limit:
+                        confidence = float(br.probs[cand])
+                        if len(draft.tokens) >= limit or (rank and (confidence <= self.p_split or n_seqs >= self.branches)):
                             break
+                        path_p = br.path_p * budget.acceptance(self.name, confidence)
+                        if not budget.keep(self.name, path_p, len(draft.tokens) + 1):
+                            break  # the candidates after this one are less likely still
                         if rank:
-                            if br.probs[cand] <= p_split or n_seqs >= self.branches:
-                                break
                             model.copy_seq(br.seq, n_seqs)  # the new branch shares everything so far
                             seq, n_seqs = n_seqs, n_seqs + 1
                         else:
                             seq = br.seq
                         draft.tokens.append(int(cand))
                         draft.parents.append(br.last)  # type: ignore[union-attr]
-                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.probs))
-                if not grown or len(draft.tokens) >= limit:
+                        draft.confidences.append(confidence)  # type: ignore[union-attr]
+                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.probs, path_p))
+                grown = [b for b in grown if budget.extend(self.name, b.path_p, len(draft.tokens))]
+                if not grown:
                     break  # the last round's tokens need no evaluation
                 logits = model.decode_tree(
                     [draft.tokens[b.last] for b in grown], [position] * len(grown), [[b.seq] for b in grown]

@@ -1,11 +1,17 @@
 """How many tokens to draft each step.
 
-`fixed` drafts up to --draft-max every step (llama.cpp's behaviour). `auto` estimates, for each
-drafter and each draft position, how likely a drafted token is accepted once all before it were,
-and with the decode costs measured once for the model pair picks the draft length that maximises
-expected tokens per second: 0 when drafting does not pay, probing again later. Acceptance comes in
-runs (a draft that got the first tokens right tends to get the next ones right too), so later
-positions get their own estimates instead of one rate for all.
+`fixed` drafts up to --draft-max every step (llama.cpp's behaviour). `auto` learns from the token
+stream what each drafter achieves (engine/estimates.py) and, with the decode costs measured once for
+the model pair, drafts only where that beats plain decoding; when it does not, it probes again
+later, the probe catching the draft up on only the last few tokens so that looking stays cheap.
+
+A drafter that knows how sure it is (a draft model) is asked step by step whether asking pays (the
+tokens its recent steps yielded against their modelled cost), then token by token whether to go on:
+its confidence, calibrated against what the target accepted, gives each token the probability that
+it and all before it get accepted, and a token is worth verifying while that probability buys more
+than the extra cost would earn at the rate decoding already reaches. So confident stretches run
+long and unsure ones stop early. Drafters without a confidence (prompt lookup) get a length from
+the per-position estimates.
 
 Its choices depend only on the token stream and the cached costs, never on timings taken during
 the run, so a --seed run stays repeatable."""
@@ -16,18 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from localspec.engine.costs import DecodeCosts
+from localspec.engine.costs import MAX_CATCH_UP, DecodeCosts
+from localspec.engine.estimates import DECAY, SourceEstimates, expected_tokens
 
-PRIOR_ALPHA = 0.6  # optimistic enough at the start that drafting gets tried
-PRIOR_WEIGHT = 2.0  # pseudo-observations a position starts with; they fade like real ones
-DECAY = 0.95  # per drafted step: recent behaviour counts most (about the last 20 steps)
-FIRST_PROBE_AFTER = 4  # steps without drafting before a 1-token probe
+FIRST_PROBE_AFTER = 8  # steps without drafting before a probe
 MAX_PROBE_INTERVAL = 64
+# A probe can win back little, so the draft catches up on only this many of the tokens it missed.
+PROBE_CATCH_UP = 4
 # Drafting must promise this much more than plain decoding: the measured costs carry some error,
 # and a run must never end up slower than the target alone.
 GAIN_MARGIN = 1.05
-# Probing costs more than the probe itself (the draft must first catch up on every token generated
-# since it last ran), so it is only worth it where good drafts would pay well.
+# Probing costs more than the probe itself (the draft must first catch up), so it is only worth it
+# where good drafts would pay well.
 PROBE_MARGIN = 1.25
 # Near its optimum the rate curve is flat, and acceptance comes in runs that the per-position
 # estimates only partly capture: among lengths within this fraction of the best rate, the longest wins.
@@ -35,74 +41,84 @@ FLAT_TOLERANCE = 0.03
 
 
 class Budget(Protocol):
-    def limit(self, source: str) -> int:
-        """The most tokens `source` may draft this step."""
+    def limit(self, source: str, calibrated: bool = False) -> int:
+        """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
+        `extend` token by token, so only whether to draft at all is decided here)."""
 
-    def split_threshold(self, source: str) -> float:
-        """The least draft probability a side branch's token needs to be worth its cost."""
+    def catch_up(self, source: str) -> int:
+        """The most missed tokens `source` should evaluate before drafting (it skips older ones)."""
+
+    def acceptance(self, source: str, confidence: float) -> float:
+        """How likely a token drafted with this confidence is accepted, once all before it were."""
+
+    def keep(self, source: str, path_p: float, n: int) -> bool:
+        """Whether the n-th drafted token (1-based), accepted with probability path_p together with
+        all tokens before it, is worth verifying."""
+
+    def extend(self, source: str, path_p: float, n: int) -> bool:
+        """Whether drafting an (n+1)-th token after the n-th (path probability path_p) pays."""
 
 
 @dataclass
 class FixedBudget:
     cap: int
 
-    def limit(self, source: str) -> int:
+    def limit(self, source: str, calibrated: bool = False) -> int:
         return self.cap
 
-    def split_threshold(self, source: str) -> float:
-        return 0.0
+    def catch_up(self, source: str) -> int:
+        return MAX_CATCH_UP
+
+    def acceptance(self, source: str, confidence: float) -> float:
+        return confidence
+
+    def keep(self, source: str, path_p: float, n: int) -> bool:
+        return n <= self.cap
+
+    def extend(self, source: str, path_p: float, n: int) -> bool:
+        return n < self.cap
 
 
 @dataclass
-class _SourceState:
-    # Per draft position i (0-based): decayed counts of drafts that reached it and were accepted there.
-    reached: list[float] = field(default_factory=list)
-    accepted: list[float] = field(default_factory=list)
+class _Schedule:
+    """When a drafter that does not pay is looked at again."""
+
     idle_steps: int = 0
     probe_interval: int = FIRST_PROBE_AFTER
     probing: bool = False
-
-    def alphas(self, k: int) -> list[float]:
-        """Acceptance estimate at positions 0..k-1; a position never reached takes the one before's."""
-        out, estimate = [], PRIOR_ALPHA
-        for i in range(k):
-            if i < len(self.reached):
-                estimate = self.accepted[i] / self.reached[i]
-            out.append(estimate)
-        return out
-
-    def observe(self, drafted: int, accepted: int) -> None:
-        while len(self.reached) < drafted:
-            # A new position starts from the estimate of the one before, as a few pseudo-observations.
-            prior = self.alphas(len(self.reached) + 1)[-1]
-            self.reached.append(PRIOR_WEIGHT)
-            self.accepted.append(PRIOR_WEIGHT * prior)
-        self.reached = [r * DECAY for r in self.reached]
-        self.accepted = [a * DECAY for a in self.accepted]
-        for i in range(min(accepted + 1, drafted)):
-            self.reached[i] += 1.0
-            if i < accepted:
-                self.accepted[i] += 1.0
-
-
-def expected_tokens(alphas: Sequence[float], k: int) -> float:
-    """Tokens emitted by a step that drafts k tokens: the accepted prefix plus the target's own
-    token, position i being accepted with probability alphas[i] once all before it were."""
-    total, p = 1.0, 1.0
-    for i in range(k):
-        p *= alphas[i]
-        total += p
-    return total
 
 
 @dataclass
 class AutoController:
     costs: DecodeCosts
     draft_max: int
-    _states: dict[str, _SourceState] = field(default_factory=dict)
+    _estimates: dict[str, SourceEstimates] = field(default_factory=dict)
+    _schedules: dict[str, _Schedule] = field(default_factory=dict)
+    # Decayed tokens emitted and modelled seconds spent: the rate decoding reaches, which a drafted
+    # token's expected gain must beat to be worth its cost.
+    _tokens: float = 0.0
+    _seconds: float = 0.0
+    # Tokens generated so far, and the count when each source last ran: a draft model that sat out
+    # must catch up before it drafts again, which its next step has to pay for.
+    _generated: int = 0
+    _synced_at: dict[str, int] = field(default_factory=dict)
+    # The source allowed to draft this step, and how far behind it was.
+    _asked: tuple[str, int] | None = None
 
-    def _state(self, source: str) -> _SourceState:
-        return self._states.setdefault(source, _SourceState())
+    def estimates(self, source: str) -> SourceEstimates:
+        return self._estimates.setdefault(source, SourceEstimates())
+
+    def _behind(self, source: str) -> int:
+        return self._generated - self._synced_at.get(source, 0)
+
+    def _rates(self, source: str, cap: int, context: int, perfect: bool, margin: float) -> list[float]:
+        alphas = [1.0] * cap if perfect else self.estimates(source).alphas(cap)
+        behind = self._behind(source)
+        rates = [margin / self.costs.verify(1, context)]
+        for k in range(1, cap + 1):
+            cost = self.costs.draft(source, k, context, behind) + self.costs.verify(k + 1, context)
+            rates.append(expected_tokens(alphas, k) / cost)
+        return rates
 
     def best_length(
         self, source: str, cap: int, context: int = 0, perfect: bool = False, margin: float = GAIN_MARGIN
@@ -110,55 +126,98 @@ class AutoController:
         """The k in [0, cap] with the most expected tokens per second (perfect: as if every draft
         token were accepted)."""
         cap = min(cap, self.draft_max)
-        alphas = [1.0] * cap if perfect else self._state(source).alphas(cap)
-        rates = [margin / self.costs.verify(1, context)]
-        for k in range(1, cap + 1):
-            rates.append(expected_tokens(alphas, k) / (self.costs.draft(source, k, context) + self.costs.verify(k + 1, context)))
+        rates = self._rates(source, cap, context, perfect, margin)
         best = max(range(cap + 1), key=rates.__getitem__)
         if best == 0:
             return 0
         return max(k for k in range(1, cap + 1) if rates[k] >= rates[best] * (1 - FLAT_TOLERANCE))
 
+    def rate(self, source: str, cap: int, context: int = 0) -> float:
+        """Tokens per second to beat: what decoding reaches lately, and at least what the
+        per-position estimates promise for `source`."""
+        promised = max(self._rates(source, min(cap, self.draft_max), context, False, 1.0))
+        return max(promised, self._tokens / self._seconds) if self._seconds > 0 else promised
+
+    def _pays_to_ask(self, source: str, cap: int, context: int, calibrated: bool) -> int:
+        """How many tokens to allow `source` when it is not probing (0: drafting does not pay)."""
+        if not calibrated:
+            return self.best_length(source, cap, context)
+        plain = self.costs.verify(1, context)
+        return min(cap, self.draft_max) if self.estimates(source).asked_rate(plain) > GAIN_MARGIN / plain else 0
+
     def budget(self, cap: int, context: int = 0) -> Budget:
         return _AutoBudget(self, cap, context)
 
-    def limit(self, source: str, cap: int, context: int = 0) -> int:
-        state = self._state(source)
-        k = self.best_length(source, cap, context)
-        state.probing = False
-        if k > 0 or cap < 1:
-            return k
-        if self.best_length(source, cap, context, perfect=True, margin=PROBE_MARGIN) == 0:
-            return 0  # not even perfect drafts would pay well at these costs: nothing to probe for
-        state.idle_steps += 1
-        if state.idle_steps >= state.probe_interval:
-            state.idle_steps = 0
-            state.probing = True
-            return 1  # a probe keeps the acceptance estimate alive
-        return 0
+    def limit(self, source: str, cap: int, context: int = 0, calibrated: bool = False) -> int:
+        schedule = self._schedules.setdefault(source, _Schedule())
+        schedule.probing = False
+        k = self._pays_to_ask(source, cap, context, calibrated) if cap >= 1 else 0
+        if k == 0 and cap >= 1 and self.best_length(source, cap, context, perfect=True, margin=PROBE_MARGIN) > 0:
+            schedule.idle_steps += 1
+            if schedule.idle_steps >= schedule.probe_interval:
+                schedule.idle_steps = 0
+                schedule.probing = True
+                # A calibrated drafter's probe drafts while it is sure; another's is one token.
+                k = min(cap, self.draft_max) if calibrated else 1
+        if k > 0:
+            self._asked = (source, self._behind(source))
+            self._synced_at[source] = self._generated
+        return k
 
-    def update(self, source: str, drafted: int, accepted: int) -> None:
-        if drafted == 0:
-            return
-        state = self._state(source)
-        state.observe(drafted, accepted)
-        if self.best_length(source, self.draft_max) > 0:
-            state.probe_interval = FIRST_PROBE_AFTER
-        elif state.probing:
-            # The probe did not change the verdict: wait longer before the next one.
-            state.probe_interval = min(state.probe_interval * 2, MAX_PROBE_INTERVAL)
-        state.probing = False
+    def catch_up(self, source: str) -> int:
+        schedule = self._schedules.get(source)
+        return PROBE_CATCH_UP if schedule and schedule.probing else MAX_CATCH_UP
 
-    def split_threshold(self, source: str, cap: int, context: int = 0) -> float:
-        """A side-branch token costs a draft token and a wider target pass, and saves at most about
-        one target pass if accepted: worth it only when its probability exceeds that cost ratio."""
-        cap = max(1, min(cap, self.draft_max))
-        marginal = self.costs.draft(source, cap + 1, context) - self.costs.draft(source, cap, context)
-        marginal += (self.costs.verify(cap + 1, context) - self.costs.verify(1, context)) / cap
-        return min(1.0, max(0.0, marginal / self.costs.verify(1, context)))
+    def pays(self, source: str, path_p: float, n: int, paid: int, cap: int, context: int, rate: float) -> bool:
+        """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
+        before it) with probability path_p, later ones as the per-position estimates say (runs of
+        acceptance make later positions surer than a token's own confidence tells), and tokens
+        past `paid` must still be drafted."""
+        cap = min(cap, self.draft_max)
+        alphas = self.estimates(source).alphas(cap)
+        per_token = self.costs.draft(source, 2, context) - self.costs.draft(source, 1, context)
+        base = self.costs.verify(n, context)
+        gain, p = 0.0, path_p
+        for m in range(n, cap + 1):
+            gain += p
+            cost = self.costs.verify(m + 1, context) - base + per_token * (m - paid)
+            if gain > rate * cost:
+                return True
+            p *= alphas[m] if m < cap else 0.0
+        return False
 
-    def acceptance(self, source: str) -> float:
-        return self._state(source).alphas(1)[0]
+    def update(self, source: str, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
+        """Learn from a verified draft of `source`: `judged` pairs each drafted token the target
+        judged with its draft confidence and whether it was accepted."""
+        if drafted:
+            self.estimates(source).observe(drafted, accepted, judged)
+
+    def record_step(self, verified: int, emitted: int, context: int = 0) -> None:
+        """Count a step (`verified` draft tokens, `emitted` tokens) and its modelled cost towards
+        the rates that decide whether asking a drafter pays."""
+        seconds = self.costs.verify(verified + 1, context)
+        if self._asked is not None:
+            asked, behind = self._asked
+            self._asked = None
+            # Asked, the drafter paid a pass even if it then drafted nothing.
+            seconds += self.costs.draft(asked, max(verified, 1), context, behind)
+            self.estimates(asked).observe_asked(emitted, seconds)
+            self._reschedule(asked, emitted > 1)
+        self._tokens = self._tokens * DECAY + emitted
+        self._seconds = self._seconds * DECAY + seconds
+        self._generated += emitted
+
+    def _reschedule(self, source: str, gained: bool) -> None:
+        schedule = self._schedules.setdefault(source, _Schedule())
+        if not schedule.probing:
+            schedule.probe_interval = FIRST_PROBE_AFTER  # drafting: a first probe soon after it stops
+        elif gained:
+            # The probe won something, but one step is thin evidence: look again at once, so that a
+            # good draft that had a bad moment is back within a few steps.
+            schedule.probe_interval = 1
+        else:
+            schedule.probe_interval = min(max(schedule.probe_interval, FIRST_PROBE_AFTER) * 2, MAX_PROBE_INTERVAL)
+        schedule.probing = False
 
 
 @dataclass
@@ -166,9 +225,27 @@ class _AutoBudget:
     controller: AutoController
     cap: int
     context: int
+    _rates: dict[str, float] = field(default_factory=dict)
 
-    def limit(self, source: str) -> int:
-        return self.controller.limit(source, self.cap, self.context)
+    def _rate(self, source: str) -> float:
+        if source not in self._rates:
+            self._rates[source] = self.controller.rate(source, self.cap, self.context)
+        return self._rates[source]
 
-    def split_threshold(self, source: str) -> float:
-        return self.controller.split_threshold(source, self.cap, self.context)
+    def limit(self, source: str, calibrated: bool = False) -> int:
+        return self.controller.limit(source, self.cap, self.context, calibrated)
+
+    def catch_up(self, source: str) -> int:
+        return self.controller.catch_up(source)
+
+    def acceptance(self, source: str, confidence: float) -> float:
+        return self.controller.estimates(source).calibrated(confidence)
+
+    def keep(self, source: str, path_p: float, n: int) -> bool:
+        return n <= self.cap and self.controller.pays(source, path_p, n, n, self.cap, self.context, self._rate(source))
+
+    def extend(self, source: str, path_p: float, n: int) -> bool:
+        if n >= self.cap:
+            return False
+        p_next = path_p * self.controller.estimates(source).alphas(n + 1)[n]
+        return self.controller.pays(source, p_next, n + 1, n, self.cap, self.context, self._rate(source))

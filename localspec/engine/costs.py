@@ -22,11 +22,13 @@ import platformdirs
 from localspec.backend.model import Model
 
 CACHE_FILE = "decode-costs.json"
-CACHE_VERSION = 4
+CACHE_VERSION = 5
 MEASURED_BATCHES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 FAR_CONTEXT = 512  # the second context length passes are timed at (capped at half the context)
 REPEATS = 5  # medians of a few runs
 DRAFT_TOKENS_PER_ROUND = 4
+# A draft that sat out some steps catches up on at most this many tokens (drafters/view.py)
+MAX_CATCH_UP = 16
 
 
 def _interpolate(table: dict[int, float], x: int) -> float:
@@ -53,15 +55,20 @@ class DecodeCosts:
     draft_catch_up: dict[str, float] = field(default_factory=dict)
     draft_token_far: dict[str, float] = field(default_factory=dict)  # the same at far_context
     draft_catch_up_far: dict[str, float] = field(default_factory=dict)
+    # Extra seconds per token for a draft that fell further behind (it sat out some steps): its first
+    # pass evaluates up to MAX_CATCH_UP tokens instead of two.
+    draft_behind: dict[str, float] = field(default_factory=dict)
 
-    def draft(self, source: str, k: int, context: int = 0) -> float:
-        """Seconds for `source` to draft k tokens after `context` tokens."""
+    def draft(self, source: str, k: int, context: int = 0, behind: int = 0) -> float:
+        """Seconds for `source` to draft k tokens after `context` tokens, `behind` generated tokens
+        having gone by since it last drafted."""
         if k <= 0:
             return 0.0
-        near = k * self.draft_token.get(source, 0.0) + self.draft_catch_up.get(source, 0.0)
+        lag = max(0, min(behind, MAX_CATCH_UP) - 2) * self.draft_behind.get(source, 0.0)
+        near = k * self.draft_token.get(source, 0.0) + self.draft_catch_up.get(source, 0.0) + lag
         if source not in self.draft_token_far or self.far_context <= 0:
             return near
-        far = k * self.draft_token_far[source] + self.draft_catch_up_far.get(source, 0.0)
+        far = k * self.draft_token_far[source] + self.draft_catch_up_far.get(source, 0.0) + lag
         return max(near + (far - near) * context / self.far_context, 0.0)
 
     def verify(self, batch: int, context: int = 0) -> float:
@@ -103,11 +110,11 @@ def _time_batches(model: Model, sizes: list[int]) -> dict[int, float]:
     return {b: statistics.median(t) for b, t in times.items()}
 
 
-def _time_draft_tokens(target: Model, draft: Model, batch: int) -> tuple[float, float]:
-    """Median times of a draft step's first pass (a 2-token catch-up) and of each further draft
-    token, the way drafting runs: right after a target pass, which has pushed the draft's weights
-    out of the CPU caches."""
-    first, rest = [], []
+def _time_draft_tokens(target: Model, draft: Model, batch: int) -> tuple[float, float, float]:
+    """Median times of a draft step's first pass (a 2-token catch-up), of each further draft token,
+    and of a first pass after sitting out (MAX_CATCH_UP tokens), the way drafting runs: right after
+    a target pass, which has pushed the draft's weights out of the CPU caches."""
+    first, rest, lagging = [], [], []
     for rep in range(REPEATS + 1):
         _timed_pass(target, batch)
         base = len(draft.cached)
@@ -118,7 +125,20 @@ def _time_draft_tokens(target: Model, draft: Model, batch: int) -> tuple[float, 
                 (first if i == 0 else rest).append(time.perf_counter() - t0)
         if not draft.truncate(base):
             raise RuntimeError("cannot roll back")
-    return statistics.median(first), statistics.median(rest)
+        _timed_pass(target, batch)
+        t0 = time.perf_counter()
+        draft.decode([100 % draft.n_vocab] * MAX_CATCH_UP, all_logits=False)
+        if rep:
+            lagging.append(time.perf_counter() - t0)
+        draft.truncate(base)
+    return statistics.median(first), statistics.median(rest), statistics.median(lagging)
+
+
+def _live(key: str) -> bool:
+    """Whether a cache key is of this version and every model file it names still exists."""
+    parts = key.split("|")
+    paths = [parts[i + 1] for i, part in enumerate(parts[:-1]) if part == f"v{CACHE_VERSION}"]
+    return bool(paths) and all(Path(p).exists() for p in paths)
 
 
 class CostCache:
@@ -132,6 +152,8 @@ class CostCache:
             return {}
 
     def _write(self, data: dict) -> None:
+        # Entries of files that are gone, or of older versions, would only pile up.
+        data = {k: v for k, v in data.items() if _live(k)}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
@@ -174,12 +196,12 @@ class CostCache:
 
 
     def draft_costs(self, target: Model, draft: Model, batch: int, far_context: int) -> list[float]:
-        """[first pass, each further token] in seconds for this draft beside this target, at an
-        empty context and then after far_context tokens."""
+        """[first pass, each further token, a first pass after sitting out] in seconds for this
+        draft beside this target, at an empty context and then after far_context tokens."""
         data = self._read()
         key = f"pair|{_key(target)}|{_key(draft)}|c{far_context}"
         entry = data.get(key)
-        if not (isinstance(entry, list) and len(entry) == 4):
+        if not (isinstance(entry, list) and len(entry) == 6):
             entry = []
             for context in (0, far_context):
                 target.truncate(0)
@@ -200,8 +222,10 @@ def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCa
     near, far, far_context = cache.measure(target, draft_max + 1, far=True)
     costs = DecodeCosts(near, far, far_context, {"ngram": 0.0}, {"ngram": 0.0})
     if draft is not None:
-        first, rest, first_far, rest_far = cache.draft_costs(target, draft, min(draft_max + 1, 8), far_context)
+        first, rest, lagging, first_far, rest_far, lagging_far = cache.draft_costs(target, draft, min(draft_max + 1, 8), far_context)
         for name in ("draft-model", "tree"):  # a tree costs its draft model per drafted token too
             costs.draft_token[name], costs.draft_catch_up[name] = rest, max(first - rest, 0.0)
             costs.draft_token_far[name], costs.draft_catch_up_far[name] = rest_far, max(first_far - rest_far, 0.0)
+            lag = (lagging + lagging_far - first - first_far) / 2
+            costs.draft_behind[name] = max(lag / (MAX_CATCH_UP - 2), 0.0)
     return costs

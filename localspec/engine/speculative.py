@@ -78,6 +78,16 @@ def verify(
     return k, sample(distribution(logits[k], params), rng)
 
 
+def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
+    """(confidence, accepted) for every drafted token the target judged: those whose parent was
+    accepted (in a chain, the accepted prefix and the first rejected token)."""
+    if draft.confidences is None:
+        return []
+    on_path = {-1, *path}
+    parents = draft.parents if draft.parents is not None else range(-1, len(draft.tokens) - 1)
+    return [(c, i in on_path) for i, (c, parent) in enumerate(zip(draft.confidences, parents)) if parent in on_path]
+
+
 class SpeculativeEngine:
     def __init__(
         self, target: Model, drafter: Drafter | None, drafter_name: str = "none", costs: DecodeCosts | None = None
@@ -142,21 +152,25 @@ class SpeculativeEngine:
                         draft = Draft()
 
                 if draft.parents is not None and draft.tokens:
-                    n_acc, emitted, depth = self._tree_step(ctx, draft, config.sampling, rng)
+                    path, token, depth = self._tree_step(ctx, draft, config.sampling, rng)
                 else:
                     logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
                     n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
-                    emitted, depth = [*draft.tokens[:n_acc], token], len(draft.tokens)
+                    path, depth = list(range(n_acc)), len(draft.tokens)
                     if not target.truncate(len(ctx) + n_acc):
                         # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
                         # cache once and go on without speculation.
-                        target.prefill([*ctx, *emitted[:-1]])
+                        target.prefill([*ctx, *draft.tokens[:n_acc]])
                         drafter = None
                         yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
+                n_acc = len(path)
+                emitted = [*(draft.tokens[i] for i in path), token]
                 if draft.tokens:
                     stats.record(draft.source, len(draft.tokens), n_acc)
                     if controller:
-                        controller.update(draft.key, depth, n_acc)
+                        controller.update(draft.key, depth, n_acc, judged(draft, path))
+                if controller:
+                    controller.record_step(len(draft.tokens), len(emitted), len(ctx))
                 ctx.extend(emitted)
                 stats.n_steps += 1
                 yield StepEvent(draft.source or None, len(draft.tokens), n_acc, len(emitted))
@@ -183,8 +197,9 @@ class SpeculativeEngine:
 
     def _tree_step(
         self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator
-    ) -> tuple[int, list[int], int]:
-        """Verify a draft tree in one pass; return (accepted, emitted tokens, tree depth)."""
+    ) -> tuple[list[int], int, int]:
+        """Verify a draft tree in one pass; return (the accepted path's node indices, the target's
+        token, the tree's depth)."""
         target = self.target
         layout = TreeLayout.build(draft.parents or [])
         if layout.n_seqs > target.options.n_seq_max:
@@ -199,6 +214,5 @@ class SpeculativeEngine:
         )
         path, token = verify_tree(logits, draft.tokens, layout, params, rng)
         seq = layout.node_seqs[path[-1]][0] if path else 0
-        accepted = [draft.tokens[i] for i in path]
-        target.commit_path(seq, [ctx[-1], *accepted], layout.n_seqs)
-        return len(path), [*accepted, token], max(layout.depth)
+        target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)
+        return path, token, max(layout.depth)
