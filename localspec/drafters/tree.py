@@ -83,7 +83,9 @@ class TreeDrafter:
                         confidence = float(br.probs[cand])
                         if len(draft.tokens) >= limit or (rank and (confidence <= self.p_split or n_seqs >= self.branches)):
                             break
-                        path_p = br.path_p * budget.acceptance(self.name, confidence)
+                        # A side candidate is the target's choice only where the top one is not:
+                        # it is taken at its word, never at the top tokens' calibrated rate.
+                        path_p = br.path_p * (confidence if rank else budget.acceptance(self.name, confidence))
                         if not budget.keep(self.name, path_p, len(draft.tokens) + 1):
                             break  # the candidates after this one are less likely still
                         if rank:

@@ -79,13 +79,19 @@ def verify(
 
 
 def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
-    """(confidence, accepted) for every drafted token the target judged: those whose parent was
-    accepted (in a chain, the accepted prefix and the first rejected token)."""
+    """(confidence, accepted) for every top drafted token the target judged: those whose parent
+    was accepted (in a chain, the accepted prefix and the first rejected token). In a tree only a
+    parent's first child is its top candidate; side candidates calibrate nothing."""
     if draft.confidences is None:
         return []
     on_path = {-1, *path}
     parents = draft.parents if draft.parents is not None else range(-1, len(draft.tokens) - 1)
-    return [(c, i in on_path) for i, (c, parent) in enumerate(zip(draft.confidences, parents)) if parent in on_path]
+    out, seen = [], set()
+    for i, (c, parent) in enumerate(zip(draft.confidences, parents)):
+        if parent in on_path and parent not in seen:
+            seen.add(parent)
+            out.append((c, i in on_path))
+    return out
 
 
 class SpeculativeEngine:
