@@ -71,7 +71,7 @@ class TreeDrafter:
         live = [_Branch(0, -1, _probs(self.view.sync(context, budget.catch_up(self.name))))]
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
-        position = len(context)
+        position = len(model.cached)  # the draft's own context may be shorter (drafters/view.py)
         try:
             while live and len(draft.tokens) < limit:
                 grown: list[_Branch] = []

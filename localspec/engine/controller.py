@@ -32,6 +32,10 @@ PROBE_CATCH_UP = 4
 # Drafting must promise this much more than plain decoding: the measured costs carry some error,
 # and a run must never end up slower than the target alone.
 GAIN_MARGIN = 1.05
+# A draft model is asked only while its recent steps beat plain decoding by this much: measured
+# in runs, its steps cost up to a tenth more than the cost model says (the draft runs right after
+# wide target passes, with caches cold), which a smaller margin would turn into a loss.
+ASK_MARGIN = 1.15
 # Probing costs more than the probe itself (the draft must first catch up), so it is only worth it
 # where good drafts would pay well.
 PROBE_MARGIN = 1.25
@@ -143,7 +147,7 @@ class AutoController:
         if not calibrated:
             return self.best_length(source, cap, context)
         plain = self.costs.verify(1, context)
-        return min(cap, self.draft_max) if self.estimates(source).asked_rate(plain) > GAIN_MARGIN / plain else 0
+        return min(cap, self.draft_max) if self.estimates(source).asked_rate(plain) > ASK_MARGIN / plain else 0
 
     def budget(self, cap: int, context: int = 0) -> Budget:
         return _AutoBudget(self, cap, context)
