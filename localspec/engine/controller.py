@@ -214,7 +214,8 @@ class AutoController:
     def _reschedule(self, source: str, gained: bool) -> None:
         schedule = self._schedules.setdefault(source, _Schedule())
         if not schedule.probing:
-            schedule.probe_interval = FIRST_PROBE_AFTER  # drafting: a first probe soon after it stops
+            # Drafting: should it stop, the first probe comes soon after.
+            schedule.idle_steps, schedule.probe_interval = 0, FIRST_PROBE_AFTER
         elif gained:
             # The probe won something, but one step is thin evidence: look again at once, so that a
             # good draft that had a bad moment is back within a few steps.
