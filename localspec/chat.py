@@ -6,11 +6,12 @@ with the model's chat template and evaluates only what differs from what the cac
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from localspec.engine.events import DoneEvent, Event
 from localspec.engine.speculative import GenerationConfig
@@ -72,6 +73,13 @@ class ChatSession:
     model_name: str = ""
     messages: list[Message] = field(default_factory=list)
     totals: SessionTotals = field(default_factory=SessionTotals)
+    # One stream of draws for the whole conversation: restarting it every reply would make replies
+    # correlated, and the same question after /reset would get the same answer. /set seed restarts
+    # it, so a seeded conversation repeats as a whole.
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.config.seed)
 
     def conversation(self) -> list[Message]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
@@ -102,13 +110,16 @@ class ChatSession:
             raise LocalspecError(f"the message is {len(tokens)} tokens, longer than the context ({n_ctx}): raise --ctx")
         return tokens
 
-    def reply(self, text: str, cancel: threading.Event, notify: Callable[[str], None]) -> Iterator[Event]:
+    def reply(self, text: str, notify: Callable[[str], None]) -> Iterator[Event]:
         """Add the user's message and yield the engine's events for the answer; the answer (partial
-        when interrupted) joins the conversation."""
+        when interrupted) joins the conversation. Setting `loaded.cancel` stops it, even in the
+        middle of the prompt pass."""
         self.messages.append({"role": "user", "content": text})
         tokens = self.prompt_tokens(notify)
+        cancel = self.loaded.cancel
+        cancel.clear()
         done: DoneEvent | None = None
-        for ev in self.loaded.engine.generate(tokens, self.config, cancel):
+        for ev in self.loaded.engine.generate(tokens, self.config, cancel, self.rng):
             if isinstance(ev, DoneEvent):
                 done = ev
             yield ev
@@ -130,6 +141,8 @@ class ChatSession:
             candidate = replace(self.config, **{name: parsed})
         candidate.validate()
         self.config = candidate
+        if name == "seed":
+            self.rng = np.random.default_rng(parsed)
         return f"{key} = {parsed}"
 
     def reset(self) -> None:

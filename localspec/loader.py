@@ -47,6 +47,8 @@ class Loaded:
     target: Model
     draft: Model | None
     load_s: float
+    # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
+    cancel: threading.Event
 
     def close(self) -> None:
         if self.draft is not None:
@@ -97,15 +99,19 @@ def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tup
     return target, draft
 
 
-def build_drafter(draft_model: Model | None, lookup: bool, opts: LoadOptions) -> tuple[Drafter | None, str]:
+def build_drafter(
+    target: Model, draft_model: Model | None, lookup: bool, opts: LoadOptions
+) -> tuple[Drafter | None, str]:
     """The drafter for a model pair: draft model, n-gram lookup, their chain, or none."""
     drafters: list[Drafter] = []
     if lookup:
         drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
     if draft_model is not None and opts.draft_branches > 1:
-        drafters.append(TreeDrafter(draft_model, opts.draft_p_split, opts.draft_branches, opts.draft_p_min))
+        drafters.append(
+            TreeDrafter(draft_model, opts.draft_p_split, opts.draft_branches, opts.draft_p_min, target.n_vocab)
+        )
     elif draft_model is not None:
-        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min, opts.draft_policy))
+        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min, opts.draft_policy, target.n_vocab))
     if not drafters:
         return None, "none"
     if len(drafters) == 1:
@@ -123,8 +129,10 @@ def measure_costs(target: Model, draft_model: Model | None, draft_max: int) -> D
 
 def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
     t0 = time.perf_counter()
+    cancel = cancel or threading.Event()
     target, draft_model = load_models(opts, cancel)
     lookup = opts.lookup if opts.lookup is not None else draft_model is None
-    drafter, name = build_drafter(draft_model, lookup, opts)
+    drafter, name = build_drafter(target, draft_model, lookup, opts)
     costs = measure_costs(target, draft_model, opts.draft_max) if drafter and opts.draft_mode == "auto" else None
-    return Loaded(SpeculativeEngine(target, drafter, name, costs), target, draft_model, time.perf_counter() - t0)
+    engine = SpeculativeEngine(target, drafter, name, costs)
+    return Loaded(engine, target, draft_model, time.perf_counter() - t0, cancel)

@@ -24,8 +24,10 @@ class TinyModels:
     close: Path  # perturbed copy of the target: high acceptance
     poor: Path  # heavily perturbed copy: low acceptance, many rejections
     other_vocab: Path  # same weights, one token's text changed
-    soft_target: Path  # low-confidence logits for the sampling distribution tests
-    soft_draft: Path
+    # The vocabulary padded with 16 ids of its own (as Qwen2.5 7B is against 0.5B): a target with
+    # ids the draft lacks, and a draft with ids the target lacks.
+    padded_target: Path
+    padded_close: Path
 
 
 @pytest.fixture(scope="session")
@@ -36,10 +38,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         close=write_tiny_llama(d / "close.gguf", TinySpec(seed=2, perturb_from=1, perturb=0.03)),
         poor=write_tiny_llama(d / "poor.gguf", TinySpec(seed=3, perturb_from=1, perturb=0.25)),
         other_vocab=write_tiny_llama(d / "other.gguf", TinySpec(seed=1, renamed=((300, "zz"),))),
-        soft_target=write_tiny_llama(d / "soft_target.gguf", TinySpec(seed=7, logit_scale=0.12)),
-        soft_draft=write_tiny_llama(
-            d / "soft_draft.gguf", TinySpec(seed=8, perturb_from=7, perturb=0.3, logit_scale=0.12)
-        ),
+        padded_target=write_tiny_llama(d / "padded_target.gguf", TinySpec(seed=1, pad=16)),
+        padded_close=write_tiny_llama(d / "padded_close.gguf", TinySpec(seed=2, perturb_from=1, perturb=0.03, pad=16)),
     )
 
 

@@ -15,7 +15,7 @@ WORDS = [
 SPECIALS = ["<unk>", "<s>", "</s>"]
 
 
-def vocabulary(renamed: dict[int, str] | None = None) -> tuple[list[str], list[float], list[int]]:
+def vocabulary(renamed: dict[int, str] | None = None, pad: int = 0) -> tuple[list[str], list[float], list[int]]:
     tokens = list(SPECIALS)
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
@@ -27,6 +27,10 @@ def vocabulary(renamed: dict[int, str] | None = None) -> tuple[list[str], list[f
     for i, text in (renamed or {}).items():
         tokens[i] = text
     scores = [0.0] * len(SPECIALS) + [0.0] * 256 + [float(-i) for i in range(len(pieces))]
+    # Padding rows at the end, as Qwen2.5 and Gemma 3 have: ids the other model of a pair lacks.
+    tokens += [f"[PAD{i}]" for i in range(pad)]
+    types += [gguf.TokenType.NORMAL] * pad
+    scores += [-1000.0] * pad
     return tokens, scores, [int(t) for t in types]
 
 
@@ -42,6 +46,9 @@ class TinySpec:
     perturb_from: int | None = None  # make weights = weights(seed=perturb_from) + noise(seed)
     perturb: float = 0.0
     renamed: tuple[tuple[int, str], ...] = ()
+    # Extra tokens after the shared vocabulary, with rows of their own (so, unlike real padding,
+    # likely enough to be sampled) and the shared rows unchanged.
+    pad: int = 0
 
 
 def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
@@ -69,9 +76,16 @@ def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
     return w
 
 
+def _pad_rows(weights: dict[str, np.ndarray], spec: TinySpec) -> None:
+    rng = np.random.default_rng(10_000 + spec.seed)
+    for name, scale in (("token_embd.weight", 1.0), ("output.weight", spec.logit_scale)):
+        extra = (rng.standard_normal((spec.pad, spec.n_embd)) * scale).astype(np.float32)
+        weights[name] = np.concatenate([weights[name], extra])
+
+
 def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
-    tokens, scores, types = vocabulary(dict(spec.renamed))
-    n_vocab = len(tokens)
+    tokens, scores, types = vocabulary(dict(spec.renamed), spec.pad)
+    n_vocab = len(tokens) - spec.pad
     if spec.perturb_from is None:
         weights = _weights(spec, n_vocab, spec.seed)
     else:
@@ -80,6 +94,8 @@ def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
         for name, value in weights.items():
             if not name.endswith("norm.weight"):
                 value += spec.perturb * noise[name]
+    if spec.pad:
+        _pad_rows(weights, spec)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(f"tiny-{spec.seed}")
     w.add_block_count(spec.n_layer)

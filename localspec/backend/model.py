@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,10 +37,20 @@ class DecodeAborted(Exception):
     """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
 
 
+@functools.cache
+def _cpu_has_amx() -> bool:
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
+
 def _load(path: Path, n_gpu_layers: int, vocab_only: bool, gpu_flag: str = "--gpu-layers") -> llama_cpp.llama_model_p:
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
     params.vocab_only = vocab_only
+    # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
+    # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,
+    # still open; seen here in a VM with Q4_1 weights). Without the extra buffer types the CPU runs
+    # the plain AVX-512 kernels: slower prompt passes there, but no crash.
+    params.use_extra_bufts = not _cpu_has_amx()
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         hint = f"; if the GPU ran out of memory, lower {gpu_flag}" if n_gpu_layers else ""

@@ -89,8 +89,8 @@ def bench(
         target, draft_model = load_models(load_options)
         try:
             lookup = lambda: NgramDrafter(settings.lookup_min, settings.lookup_max)  # noqa: E731
-            model = lambda: DraftModelDrafter(draft_model, settings.draft_p_min, settings.draft_policy)  # noqa: E731
-            tree = lambda: TreeDrafter(draft_model, settings.draft_p_split, settings.draft_branches, settings.draft_p_min)  # noqa: E731
+            model = lambda: DraftModelDrafter(draft_model, settings.draft_p_min, settings.draft_policy, target.n_vocab)  # noqa: E731
+            tree = lambda: TreeDrafter(draft_model, settings.draft_p_split, settings.draft_branches, settings.draft_p_min, target.n_vocab)  # noqa: E731
             factories = {
                 "baseline": lambda: Mode("baseline", None, "fixed"),
                 "draft": lambda: Mode("draft", model(), "fixed"),

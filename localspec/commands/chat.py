@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import secrets
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -156,10 +155,9 @@ def chat(
                 if _command(session, text, console, notify):
                     break
                 continue
-            cancel = threading.Event()
             try:
-                with sigint_sets(cancel):
-                    events = session.reply(text, cancel, notify)
+                with sigint_sets(loaded.cancel):
+                    events = session.reply(text, notify)
                     done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
             except LocalspecError as e:
                 err.print(Text(f"error: {e}", style="red"))

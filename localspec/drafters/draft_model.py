@@ -18,15 +18,20 @@ DRAFT_POLICIES = ("sample", "greedy")
 
 class DraftModelDrafter:
     """At temp > 0 the draft either samples from its own distribution q (verified with min(1, p/q))
-    or proposes its argmax (verified as a one-hot draft, accepted with p(d)); both are exact."""
+    or proposes its argmax (verified as a one-hot draft, accepted with p(d)); both are exact.
+
+    Lossless needs one rule (engine/speculative.py): whether a token is proposed is decided before
+    it is drawn, from its distribution alone. So --draft-p-min and the budget judge a position by
+    the draft's top probability there (its confidence), and a sampled token, once drawn, is always
+    proposed; what it turned out to be may only decide whether drafting goes on after it."""
 
     name = "draft-model"
 
-    def __init__(self, model: Model, p_min: float = 0.0, policy: str = "sample") -> None:
+    def __init__(self, model: Model, p_min: float = 0.0, policy: str = "sample", target_vocab: int | None = None) -> None:
         if policy not in DRAFT_POLICIES:
             raise ValueError(f"draft policy must be one of {DRAFT_POLICIES}")
         self.model = model
-        self.view = DraftView(model)
+        self.view = DraftView(model, target_vocab)
         self.p_min = p_min
         self.policy = policy
 
@@ -38,6 +43,8 @@ class DraftModelDrafter:
     ) -> Draft:
         greedy = params.greedy or self.policy == "greedy"
         draft = Draft(probs=None if greedy else [], source=self.name, confidences=[])
+        if not self.view.knows(context[-1]):
+            return draft
         max_tokens = budget.limit(self.name, calibrated=True)
         if max_tokens < 1:
             return draft
@@ -45,25 +52,21 @@ class DraftModelDrafter:
         logits = self.view.sync(context, budget.catch_up(self.name))
         path_p = 1.0
         for n in range(1, max_tokens + 1):
-            if greedy:
-                token, confidence = int(np.argmax(logits)), max_prob(logits)
-                top = confidence
-            else:
-                q = distribution(logits, params)
-                token = sample(q, rng)
-                confidence, top = float(q[token]), float(q.max())
-            if top < self.p_min:
+            q = None if greedy else distribution(logits, params)
+            confidence = max_prob(logits) if q is None else float(q.max())
+            if n > budget.floor and confidence < self.p_min:
                 break
             path_p *= budget.acceptance(self.name, confidence)
             if not budget.keep(self.name, path_p, n):
                 break
+            token = int(np.argmax(logits)) if q is None else sample(q, rng)
             draft.tokens.append(token)
             draft.confidences.append(confidence)  # type: ignore[union-attr]
-            if not greedy:
+            if q is not None:
                 draft.probs.append(q)  # type: ignore[union-attr]
             if not budget.extend(self.name, path_p, n):
                 break
-            logits = self.model.decode([token], all_logits=False)[0]  # type: ignore[index]
+            logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
         return draft
 
     def close(self) -> None:

@@ -48,11 +48,13 @@ def _top(probs: np.ndarray, n: int) -> np.ndarray:
 class TreeDrafter:
     name = "tree"
 
-    def __init__(self, model: Model, p_split: float = 0.1, branches: int = 4, p_min: float = 0.0) -> None:
+    def __init__(
+        self, model: Model, p_split: float = 0.1, branches: int = 4, p_min: float = 0.0, target_vocab: int | None = None
+    ) -> None:
         if branches > model.options.n_seq_max:
             raise ValueError("the draft context needs n_seq_max >= branches")
         self.model = model
-        self.view = DraftView(model)
+        self.view = DraftView(model, target_vocab)
         self.p_split = p_split
         self.branches = branches
         self.p_min = p_min
@@ -63,8 +65,10 @@ class TreeDrafter:
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        limit = budget.limit(self.name, calibrated=True)
         draft = Draft(source=self.name, parents=[], confidences=[])
+        if not self.view.knows(context[-1]):
+            return draft
+        limit = budget.limit(self.name, calibrated=True)
         if limit < 1:
             return draft
         model = self.model
@@ -77,7 +81,7 @@ class TreeDrafter:
                 grown: list[_Branch] = []
                 for br in live:
                     order = _top(br.probs, self.branches)
-                    if br.probs[order[0]] < self.p_min:
+                    if len(draft.tokens) >= budget.floor and br.probs[order[0]] < self.p_min:
                         continue  # this branch is too unsure to go on
                     for rank, cand in enumerate(order):
                         confidence = float(br.probs[cand])
@@ -103,6 +107,7 @@ class TreeDrafter:
                 logits = model.decode_tree(
                     [draft.tokens[b.last] for b in grown], [position] * len(grown), [[b.seq] for b in grown]
                 )
+                logits = self.view.fit(logits)
                 for i, b in enumerate(grown):
                     b.probs = _probs(logits[i])
                     if b.seq == 0:

@@ -1,11 +1,16 @@
-"""What a draft model has been shown of the context.
+"""What a draft model has been shown of the context, and its logits over the target's vocabulary.
 
 A draft model that sat out some steps (drafting did not pay, or prompt lookup drafted instead) must
 evaluate every token generated meanwhile before it can draft again. Past a few tokens that catch-up
 costs more than the probe it serves can win back: with a poor draft, catching up on everything made
 runs a few percent slower than the target alone. So the draft skips all but the newest few missing
 tokens (as many as the budget allows); the text it sees has a hole, which can only make its
-guesses a little worse, and the target verifies every guess anyway."""
+guesses a little worse, and the target verifies every guess anyway.
+
+Target and draft may number a few more or fewer tokens (padded embedding rows: Qwen2.5 7B against
+0.5B, Gemma 3 27B against 1B). The draft then proposes only ids the target has, its distribution
+renormalised over them, and ids it lacks have q = 0; a target token the draft lacks is a hole in
+the draft's context like a skipped one, never fed to it."""
 
 from __future__ import annotations
 
@@ -17,24 +22,47 @@ from localspec.backend.model import Model, common_prefix
 
 
 class DraftView:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, target_vocab: int | None = None) -> None:
         self.model = model
+        self.n_vocab = target_vocab or model.n_vocab  # the width of every row handed to the verifier
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
 
+    def knows(self, token: int) -> bool:
+        """Whether the draft has this id. After a token it lacks, its guesses would continue the
+        token before it: a drafter drafts nothing that step."""
+        return token < self.model.n_vocab
+
+    def _known(self, tokens: Sequence[int]) -> list[int]:
+        n = self.model.n_vocab
+        return [t for t in tokens if t < n]
+
     def begin(self, context: Sequence[int]) -> None:
         """A new generation: the draft evaluates the whole prompt (reusing what its cache shares)."""
-        self.tokens, self.seen = list(context), len(context)
+        self.tokens, self.seen = self._known(context), len(context)
         self.model.sync(self.tokens)
 
     def sync(self, context: Sequence[int], window: int) -> np.ndarray:
         """Bring the draft up to `context` (a continuation of what it saw), evaluating at most
-        `window` of the tokens it lacks; the logits after it."""
+        `window` of the tokens it lacks; the logits after it, over the target's vocabulary."""
         if len(context) < self.seen:
             self.begin(context)
-        self.tokens.extend(context[self.seen :])
+        self.tokens.extend(self._known(context[self.seen :]))
         self.seen = len(context)
         cached = common_prefix(self.model.cached, self.tokens)
         if len(self.tokens) - cached > window:
             del self.tokens[cached : len(self.tokens) - window]
-        return self.model.sync(self.tokens)
+        return self.fit(self.model.sync(self.tokens))
+
+    def fit(self, logits: np.ndarray) -> np.ndarray:
+        """Draft logits (one row or several) over the target's vocabulary: ids the target lacks are
+        cut off, ids the draft lacks get -inf, so that every distribution made from them gives
+        them q = 0."""
+        width = logits.shape[-1]
+        if width == self.n_vocab:
+            return logits
+        if width > self.n_vocab:
+            return logits[..., : self.n_vocab]
+        out = np.full((*logits.shape[:-1], self.n_vocab), -np.inf, dtype=np.float32)
+        out[..., :width] = logits
+        return out

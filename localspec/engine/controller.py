@@ -45,6 +45,11 @@ FLAT_TOLERANCE = 0.03
 
 
 class Budget(Protocol):
+    # --draft-min: whenever a drafter drafts at all, its first `floor` tokens are drafted without
+    # consulting --draft-p-min, `keep` or `extend`, so that whether a sampled token is proposed never
+    # depends on its value (a draft cut short after sampling would not be lossless).
+    floor: int
+
     def limit(self, source: str, calibrated: bool = False) -> int:
         """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
         `extend` token by token, so only whether to draft at all is decided here)."""
@@ -66,6 +71,7 @@ class Budget(Protocol):
 @dataclass
 class FixedBudget:
     cap: int
+    floor: int = 0
 
     def limit(self, source: str, calibrated: bool = False) -> int:
         return self.cap
@@ -149,8 +155,8 @@ class AutoController:
         plain = self.costs.verify(1, context)
         return min(cap, self.draft_max) if self.estimates(source).asked_rate(plain) > ASK_MARGIN / plain else 0
 
-    def budget(self, cap: int, context: int = 0) -> Budget:
-        return _AutoBudget(self, cap, context)
+    def budget(self, cap: int, context: int = 0, floor: int = 0) -> Budget:
+        return _AutoBudget(self, cap, context, min(floor, cap))
 
     def limit(self, source: str, cap: int, context: int = 0, calibrated: bool = False) -> int:
         schedule = self._schedules.setdefault(source, _Schedule())
@@ -230,6 +236,7 @@ class _AutoBudget:
     controller: AutoController
     cap: int
     context: int
+    floor: int = 0
     _rates: dict[str, float] = field(default_factory=dict)
 
     def _rate(self, source: str) -> float:
@@ -238,7 +245,8 @@ class _AutoBudget:
         return self._rates[source]
 
     def limit(self, source: str, calibrated: bool = False) -> int:
-        return self.controller.limit(source, self.cap, self.context, calibrated)
+        k = self.controller.limit(source, self.cap, self.context, calibrated)
+        return max(k, self.floor) if k else 0
 
     def catch_up(self, source: str) -> int:
         return self.controller.catch_up(source)
@@ -247,10 +255,14 @@ class _AutoBudget:
         return self.controller.estimates(source).calibrated(confidence)
 
     def keep(self, source: str, path_p: float, n: int) -> bool:
+        if n <= self.floor:
+            return True
         return n <= self.cap and self.controller.pays(source, path_p, n, n, self.cap, self.context, self._rate(source))
 
     def extend(self, source: str, path_p: float, n: int) -> bool:
         if n >= self.cap:
             return False
+        if n < self.floor:
+            return True
         p_next = path_p * self.controller.estimates(source).alphas(n + 1)[n]
         return self.controller.pays(source, p_next, n + 1, n, self.cap, self.context, self._rate(source))

@@ -3,6 +3,15 @@
 Symbols follow the papers: p is the target's distribution, q the draft's, d_1..d_k the drafted
 tokens. Target-only decoding is the same loop with empty drafts, so both share every line that
 picks a token.
+
+The rule every drafter and controller keeps, without which sampled output is not the target's:
+whether draft token d_i is proposed may depend only on what was known before d_i was drawn
+(earlier tokens, q_i as a distribution, costs, history), never on d_i itself or on anything drawn
+after it. Stopping before drawing the next token because q_i is unsure is fine; dropping a drawn
+token, or a whole draft, because of its value or of what followed it is not: the target would
+then see confident tokens proposed more often than q says, and emit them more often than p says.
+Deterministic proposals (prompt lookup, argmax drafts) are functions of the context, so for them
+any choice is made before drawing.
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = 0
+    draft_min: int = 0  # whenever drafting, the first draft_min tokens are drafted unconditionally
     draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
 
     def validate(self) -> None:
@@ -46,8 +55,10 @@ class GenerationConfig:
             raise LocalspecError("--draft-max must be >= 1")
         if self.draft_max > MAX_DRAFT:
             raise LocalspecError(f"--draft-max must be <= {MAX_DRAFT}")
-        if self.draft_min < 0:
-            raise LocalspecError("--draft-min must be >= 0")
+        if not 0 <= self.draft_min <= self.draft_max:
+            raise LocalspecError("--draft-min must be in [0, --draft-max]")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise LocalspecError("--seed must be in [0, 2^64)")
         if self.draft_mode not in DRAFT_MODES:
             raise LocalspecError(f"--draft-mode must be one of {', '.join(DRAFT_MODES)}")
         try:
@@ -104,9 +115,15 @@ class SpeculativeEngine:
         self.costs = costs  # needed by draft_mode auto; without them drafting is fixed-length
 
     def generate(
-        self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None = None
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        cancel: threading.Event | None = None,
+        rng: np.random.Generator | None = None,
     ) -> Iterator[Event]:
-        """Yield TokenEvent/StepEvent/NoticeEvent as tokens are accepted, then one DoneEvent."""
+        """Yield TokenEvent/StepEvent/NoticeEvent as tokens are accepted, then one DoneEvent.
+        `rng` continues a stream of draws across generations (a chat); by default config.seed
+        starts a new one."""
         config.validate()
         target = self.target
         if not prompt:
@@ -116,7 +133,7 @@ class SpeculativeEngine:
                 f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx"
             )
         cancel = cancel or threading.Event()
-        rng = np.random.default_rng(config.seed)
+        rng = rng or np.random.default_rng(config.seed)
         stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt))
         drafter = self.drafter
         controller = (
@@ -152,9 +169,11 @@ class SpeculativeEngine:
                 k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
                 draft = Draft()
                 if drafter is not None and k_max >= max(1, config.draft_min):
-                    budget = controller.budget(k_max, len(ctx)) if controller else FixedBudget(k_max)
+                    floor = config.draft_min
+                    budget = controller.budget(k_max, len(ctx), floor) if controller else FixedBudget(k_max, floor)
                     draft = drafter.propose(ctx, budget, config.sampling, rng)
-                    if len(draft) < config.draft_min:
+                    if len(draft) < floor and draft.probs is None:
+                        # A lookup match that runs out early: deterministic, so dropping it is exact.
                         draft = Draft()
 
                 if draft.parents is not None and draft.tokens:
@@ -213,11 +232,17 @@ class SpeculativeEngine:
         for s in range(1, layout.n_seqs):
             target.copy_seq(0, s)  # every branch sees the whole context
         root = len(ctx) - 1
-        logits = target.decode_tree(
-            [ctx[-1], *draft.tokens],
-            [root, *(root + d for d in layout.depth)],
-            [list(range(layout.n_seqs)), *layout.node_seqs],
-        )
+        try:
+            logits = target.decode_tree(
+                [ctx[-1], *draft.tokens],
+                [root, *(root + d for d in layout.depth)],
+                [list(range(layout.n_seqs)), *layout.node_seqs],
+            )
+        except DecodeAborted:
+            # The copies of the context in the other sequences would be seen twice by a later tree.
+            for s in range(1, layout.n_seqs):
+                target.drop_seq(s)
+            raise
         path, token = verify_tree(logits, draft.tokens, layout, params, rng)
         seq = layout.node_seqs[path[-1]][0] if path else 0
         target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)

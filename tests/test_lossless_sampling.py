@@ -1,0 +1,273 @@
+"""Sampled output is distributed exactly as the target's, under every drafting setting.
+
+On tiny models the target's exact distribution is cheap: p(x1) after the prompt and p(x2 | x1)
+for every x1. Each configuration below generates N times with different seeds, and the empirical
+distributions of the first token and of the pair are tested against the exact ones
+(Pearson chi-square over the outcomes expected at least MIN_EXPECTED times, the rest pooled).
+
+Sizing. Between the tested cells' distributions, a total variation t gives the chi-square a
+noncentrality of at least 4 N t^2 (Cauchy-Schwarz), so `power_at` bounds from below the chance of
+catching t = 0.05; `test_the_matrix_is_sized_to_catch_tv_005` holds that bound at >= 0.9 for every
+configuration's actual cells. Each of the matrix's 2 x len(MATRIX) tests runs at level
+FAMILY_ALPHA / (2 x len(MATRIX)), so the chance of any false alarm over the whole run stays under
+FAMILY_ALPHA (Bonferroni).
+
+The matrix crosses the drafting modes (fixed, auto with costs that make it draft partially, argmax
+proposals, tree, prompt lookup, their chain) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
+with vocabularies of different sizes (either model padded): every pair of values of any two of
+these factors appears in some configuration."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import model_options
+from scipy import stats
+from tiny_models import TinySpec, write_tiny_llama
+
+from localspec.backend.model import Model
+from localspec.drafters.chain import ChainDrafter
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.tree import TreeDrafter
+from localspec.engine.costs import DecodeCosts
+from localspec.engine.events import DoneEvent, StepEvent
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling import SamplingParams, distribution
+
+N_DRAWS = 8000
+MIN_EXPECTED = 20
+FAMILY_ALPHA = 1e-3
+DETECTED_TV = 0.05
+MIN_POWER = 0.9
+DRAFT_MAX = 3
+PAD = 16
+BRANCHES = 3
+PROMPT = "she sat"
+
+PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+FILTERED = SamplingParams(temperature=0.8, top_k=12, top_p=0.9, min_p=0.05)
+# Costs under which a fresh auto controller keeps a first draft token only if it is accepted with
+# probability above ~0.65, which PROMPT's draft distribution straddles (its top token has
+# q ~ 0.67 plain, 0.8 filtered): deciding by the drawn token's own q there shows at once.
+AUTO_COSTS = DecodeCosts({b: 1.0 + 0.62 * (b - 1) for b in (1, 2, 4, 8)}, draft_token={"draft-model": 0.1, "ngram": 0.0})
+
+# argmax: the draft model proposing its top token (--draft-policy greedy). ngram has no draft model
+# to pad, so it gets two rows, whose combinations below are complementary.
+MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain")
+VOCABS = ("same", "target-padded", "draft-padded")
+# (draft-min/p-min, filtered), in an order that gives the audit's two findings a case each with
+# both models' vocabularies alike: fixed with --draft-min, and auto.
+COMBOS = ((True, False), (False, True), (False, False), (True, True))
+
+
+@dataclass(frozen=True)
+class Case:
+    mode: str
+    vocab: str
+    draft_min: bool
+    filtered: bool
+
+    @property
+    def id(self) -> str:
+        return f"{self.mode}-{self.vocab}{'-min' if self.draft_min else ''}{'-filtered' if self.filtered else ''}"
+
+
+def _matrix() -> list[Case]:
+    """Mode x vocabulary in full; the two binary factors cycled so that every mode meets both values
+    of each (three combinations, or ngram's two complementary ones) and every vocabulary meets all
+    four combinations."""
+    cases = []
+    for i, mode in enumerate(MODES):
+        for j, vocab in enumerate(VOCABS):
+            if mode == "ngram" and vocab == "draft-padded":
+                continue
+            cases.append(Case(mode, vocab, *COMBOS[(i + j) % 4]))
+    return cases
+
+
+MATRIX = _matrix()
+TEST_ALPHA = FAMILY_ALPHA / (2 * len(MATRIX))
+
+
+@dataclass(frozen=True)
+class Pair:
+    target: Path
+    draft: Path
+    padded_target: Path
+    padded_draft: Path
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
+    d = tmp_path_factory.mktemp("lossless")
+    # Peaked enough that the pair's outcomes fit a few dozen cells, unsure enough that drafts are
+    # often rejected.
+    target = TinySpec(seed=21, logit_scale=0.6)
+    draft = TinySpec(seed=22, perturb_from=21, perturb=0.25, logit_scale=0.6)
+    return Pair(
+        target=write_tiny_llama(d / "target.gguf", target),
+        draft=write_tiny_llama(d / "draft.gguf", draft),
+        padded_target=write_tiny_llama(d / "padded-target.gguf", replace(target, pad=PAD)),
+        padded_draft=write_tiny_llama(d / "padded-draft.gguf", replace(draft, pad=PAD)),
+    )
+
+
+@pytest.fixture(scope="module")
+def models(pair: Pair):
+    opts = replace(model_options(), n_seq_max=BRANCHES)
+    loaded = {name: Model(getattr(pair, name), opts) for name in ("target", "draft", "padded_target", "padded_draft")}
+    yield loaded
+    for m in loaded.values():
+        m.close()
+
+
+def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
+    target = models["padded_target" if case.vocab == "target-padded" else "target"]
+    draft = models["padded_draft" if case.vocab == "draft-padded" else "draft"]
+    p_min = 0.3 if case.draft_min else 0.0
+    model = lambda: DraftModelDrafter(draft, p_min, "sample", target.n_vocab)  # noqa: E731
+    drafter = {
+        "fixed": model,
+        "auto": model,
+        "argmax": lambda: DraftModelDrafter(draft, p_min, "greedy", target.n_vocab),
+        "tree": lambda: TreeDrafter(draft, 0.05, BRANCHES, p_min, target.n_vocab),
+        "chain": lambda: ChainDrafter([NgramDrafter(2, 3), model()]),
+        "ngram": lambda: NgramDrafter(1, 3),
+    }[case.mode]()
+    return SpeculativeEngine(target, drafter, case.mode, AUTO_COSTS if case.mode == "auto" else None)
+
+
+@pytest.fixture(scope="module")
+def prompt(models) -> list[int]:
+    """PROMPT, the target's greedy continuation, and PROMPT again: prompt lookup then proposes what
+    the target would say, so its drafts are accepted now and then."""
+    target = models["target"]
+    start = target.tokenize(PROMPT)
+    greedy = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0))
+    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
+    return [*start, *done.tokens, *start[1:]]
+
+
+def _config(case: Case, seed: int) -> GenerationConfig:
+    return GenerationConfig(
+        max_tokens=DRAFT_MAX + 1,  # the first step may draft DRAFT_MAX tokens
+        sampling=FILTERED if case.filtered else PLAIN,
+        seed=seed,
+        draft_max=DRAFT_MAX,
+        draft_min=2 if case.draft_min else 0,
+        draft_mode="auto" if case.mode == "auto" else "fixed",
+    )
+
+
+def exact_pairs(target: Model, prompt: list[int], params: SamplingParams) -> dict[tuple[int, ...], float]:
+    """The target's exact distribution of its first two tokens (one token when the first ends it)."""
+    p1 = distribution(target.sync(prompt), params)
+    out: dict[tuple[int, ...], float] = {}
+    for x1 in np.flatnonzero(p1):
+        x1 = int(x1)
+        if target.is_eog(x1):
+            out[(x1,)] = float(p1[x1])
+            continue
+        p2 = distribution(target.sync([*prompt, x1]), params)
+        for x2 in np.flatnonzero(p2):
+            out[(x1, int(x2))] = float(p1[x1] * p2[x2])
+    return out
+
+
+def _cells(exact: dict, n: int) -> tuple[list, float]:
+    """The outcomes tested one by one (expected >= MIN_EXPECTED times), and the pooled rest's mass."""
+    big = [k for k, p in exact.items() if p * n >= MIN_EXPECTED]
+    return big, 1.0 - sum(exact[k] for k in big)
+
+
+def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
+    big, rest = _cells(exact, n)
+    observed = [counts[k] for k in big]
+    expected = [exact[k] * n for k in big]
+    if rest * n > 0:
+        observed.append(n - sum(observed))
+        expected.append(rest * n)
+    assert sum(counts[k] for k in counts if k not in exact) == 0, "an outcome the target never emits"
+    return float(stats.chisquare(observed, np.array(expected) * n / sum(expected)).pvalue)
+
+
+def power_at(tv: float, cells: int, n: int, alpha: float) -> float:
+    """A lower bound on the chance that a chi-square test over `cells` cells at level alpha catches
+    a total variation of `tv` between those cells' distributions."""
+    df = cells - 1
+    return float(stats.ncx2.sf(stats.chi2.isf(alpha, df), df, 4 * n * tv * tv))
+
+
+def first_of(exact: dict) -> dict:
+    out: Counter = Counter()
+    for k, p in exact.items():
+        out[k[:1]] += p
+    return dict(out)
+
+
+@pytest.fixture(scope="module")
+def exact(models, prompt):
+    cache: dict = {}
+
+    def get(case: Case) -> dict:
+        target = models["padded_target" if case.vocab == "target-padded" else "target"]
+        key = (case.vocab == "target-padded", case.filtered)
+        if key not in cache:
+            cache[key] = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)
+        return cache[key]
+
+    return get
+
+
+def test_the_matrix_is_sized_to_catch_tv_005(exact):
+    for case in MATRIX:
+        joint = exact(case)
+        for dist in (joint, first_of(joint)):
+            big, rest = _cells(dist, N_DRAWS)
+            cells = len(big) + (rest > 0)
+            assert power_at(DETECTED_TV, cells, N_DRAWS, TEST_ALPHA) >= MIN_POWER, (case.id, cells)
+
+
+def test_the_matrix_crosses_every_pair_of_factors():
+    factors = [lambda c: c.mode, lambda c: c.vocab, lambda c: c.draft_min, lambda c: c.filtered]
+    values = [MODES, VOCABS, (False, True), (False, True)]
+    for a in range(4):
+        for b in range(a + 1, 4):
+            seen = {(factors[a](c), factors[b](c)) for c in MATRIX}
+            wanted = {(x, y) for x in values[a] for y in values[b]} - {("ngram", "draft-padded")}
+            assert wanted <= seen, (a, b, wanted - seen)
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
+def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
+    engine = _engine(case, models)
+    counts: Counter = Counter()
+    first_step: Counter = Counter()  # (drafted, accepted) of each generation's first step
+    for seed in range(N_DRAWS):
+        step = None
+        for ev in engine.generate(prompt, _config(case, seed)):
+            if isinstance(ev, StepEvent) and step is None:
+                step = (ev.drafted, ev.accepted)
+            elif isinstance(ev, DoneEvent):
+                counts[tuple(ev.tokens[:2])] += 1
+        first_step[step] += 1
+    joint = exact(case)
+    first: Counter = Counter()
+    for k, c in counts.items():
+        first[k[:1]] += c
+    # The configuration must draft, see drafts both accepted and rejected, and under auto draft
+    # partially (lengths that differ by draw), or it tests nothing.
+    drafted = Counter()
+    for (k, _), c in first_step.items():
+        drafted[k] += c
+    assert sum(c for (k, a), c in first_step.items() if a > 0) > N_DRAWS // 20, first_step
+    assert sum(c for (k, a), c in first_step.items() if a < k) > N_DRAWS // 20, first_step
+    if case.mode == "auto":
+        assert sum(c for k, c in drafted.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, drafted
+    assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > TEST_ALPHA
+    assert chi_square_pvalue(counts, joint, N_DRAWS) > TEST_ALPHA
