@@ -48,7 +48,6 @@ def main() -> None:
             llm.reset()
             t_first = None
             count = 0
-            t0 = time.perf_counter()
             for _chunk in llm.create_completion(tokens, max_tokens=a.n, temperature=0.0, top_k=1, repeat_penalty=1.0, stream=True):
                 count += 1
                 if t_first is None:

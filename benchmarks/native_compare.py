@@ -49,7 +49,7 @@ def main() -> None:
     common = ["-n", str(a.n), "--temp", "0", "-t", t, "-tb", t, "-c", "4096", "-ngl", "0"]
     sizes = [int(x) for x in a.draft_max.split(",")]
     with Model(a.target, ModelOptions(n_ctx=4096)) as m:
-        rendered = {p.id: (p.category, render_chat(m, [{"role": "user", "content": p.text}]) or p.text)
+        rendered = {p.id: (p.category, render_chat(m, [{"role": "user", "content": p.text}]))
                     for p in load_prompts(a.prompts, a.category, a.limit)}
     speedups: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp:

@@ -21,6 +21,7 @@ from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 from localspec import defaults
 from localspec.backend.model import Model, ModelOptions
 from localspec.bench import load_prompts
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.costs import pair_costs
 from localspec.engine.events import DoneEvent
@@ -55,10 +56,13 @@ def main() -> None:
     cores = physical_cores()
     target = Model(a.model, ModelOptions(n_ctx=4096, n_threads=cores, n_threads_batch=cores))
     base = SpeculativeEngine(target, None)
-    ngram = SpeculativeEngine(target, NgramDrafter(a.lookup_min, a.lookup_max), "ngram", pair_costs(target, None, a.draft_max))
+    ngram = SpeculativeEngine(target, NgramDrafter(), "ngram", pair_costs(target, None, a.draft_max))
     llm = Llama(str(a.model), n_ctx=4096, n_threads=cores, n_threads_batch=cores, verbose=False,
                 logits_all=True, draft_model=LlamaPromptLookupDecoding())
-    config = GenerationConfig(max_tokens=a.n, sampling=SamplingParams(temperature=0.0), draft_max=a.draft_max, draft_mode=a.draft_mode)
+    config = GenerationConfig(
+        max_tokens=a.n, sampling=SamplingParams(temperature=0.0), draft_max=a.draft_max, draft_mode=a.draft_mode,
+        drafting=DraftSettings(lookup_min=a.lookup_min, lookup_max=a.lookup_max),
+    )
     rows: dict[str, list[tuple[float, float, float, int, int]]] = defaultdict(list)
     for p in load_prompts(a.prompts, a.category, a.limit):
         tokens = prompt_tokens(target, p.text, raw=False)

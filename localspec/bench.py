@@ -12,13 +12,25 @@ from pathlib import Path
 from localspec.backend.model import Model
 from localspec.drafters.base import Drafter
 from localspec.engine.costs import DecodeCosts
-from localspec.engine.events import DoneEvent
+from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.engine.ties import compare_greedy
 from localspec.errors import LocalspecError
+from localspec.loader import make_drafter
 from localspec.prompt import prompt_tokens
+from localspec.settings import Settings
 
 BASELINE = "baseline"
+# name -> (drafter kind for loader.make_drafter, draft mode, what it is)
+MODES = {
+    "baseline": ("none", "fixed", "the target alone"),
+    "draft": ("draft-model", "fixed", "draft model, fixed length (--draft-max every step, as llama.cpp)"),
+    "auto": ("draft-model", "auto", "draft model, length chosen per step by the auto controller (the default of run)"),
+    "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
+    "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
+    "tree": ("tree", "auto", "draft tree (--draft-branches, --draft-p-split), auto controller"),
+    "tree-fixed": ("tree", "fixed", "draft tree, fixed length"),
+}
 
 
 @dataclass(frozen=True)
@@ -144,18 +156,28 @@ class BenchResult:
         }
 
 
-def _generate(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> DoneEvent:
-    for ev in engine.generate(prompt, config):
-        if isinstance(ev, DoneEvent):
-            return ev
-    raise AssertionError("the engine always ends with a DoneEvent")
-
-
 @dataclass(frozen=True)
 class Mode:
     name: str
     drafter: Drafter | None
     draft_mode: str  # "auto" or "fixed"
+
+
+def choose_modes(names: Sequence[str], has_draft: bool) -> list[str]:
+    """The modes to run (the baseline always first); by default every mode the models allow."""
+    chosen = list(names) or (["baseline", "draft", "auto", "ngram"] if has_draft else ["baseline", "ngram"])
+    unknown = [m for m in chosen if m not in MODES]
+    if unknown:
+        raise LocalspecError(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
+    if not has_draft:
+        needing = [m for m in chosen if MODES[m][0] not in ("none", "ngram")]
+        if needing:
+            raise LocalspecError(f"mode {needing[0]!r} needs a draft model (-d, or an alias with one)")
+    return [BASELINE, *(m for m in chosen if m != BASELINE)]
+
+
+def make_modes(names: Sequence[str], target: Model, draft: Model | None, settings: Settings) -> list[Mode]:
+    return [Mode(n, make_drafter(MODES[n][0], target, draft, settings), MODES[n][1]) for n in names]
 
 
 def run_bench(
@@ -173,7 +195,7 @@ def run_bench(
     engines = {m.name: (SpeculativeEngine(target, m.drafter, m.drafter.name if m.drafter else "none", costs), replace(config, draft_mode=m.draft_mode)) for m in modes}
     warm = prompt_tokens(target, "Hello", raw)
     for engine, cfg in engines.values():
-        _generate(engine, warm, replace(cfg, max_tokens=8))
+        drain(engine.generate(warm, replace(cfg, max_tokens=8)))
     for prompt in prompts:
         tokens = prompt_tokens(target, prompt.text, raw)
         if len(tokens) + config.max_tokens + config.draft_max + 1 > target.n_ctx:
@@ -181,7 +203,7 @@ def run_bench(
             continue
         for r in range(repeat):
             for mode, (engine, cfg) in engines.items():
-                done = _generate(engine, tokens, cfg)
+                done = drain(engine.generate(tokens, cfg))
                 s = done.stats
                 progress(f"{prompt.category} {prompt.id} {mode} #{r + 1}: {s.tokens_per_second:.1f} tok/s")
                 yield Sample(mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps, done.tokens, tokens)

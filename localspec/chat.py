@@ -7,36 +7,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from localspec.engine.events import DoneEvent, Event
-from localspec.engine.speculative import GenerationConfig
 from localspec.errors import LocalspecError
 from localspec.loader import Loaded
 from localspec.prompt import Message, render_chat, tokenize_rendered
+from localspec.settings import FIELDS, PER_GENERATION, SettingError, Settings, parse
 
-# Used when a GGUF carries no chat template (llama.cpp falls back to ChatML as well).
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SETTABLE = {
-    "draft-max": ("draft_max", int),
-    "draft-min": ("draft_min", int),
-    "draft-mode": ("draft_mode", str),
-    "max-tokens": ("max_tokens", int),
-    "seed": ("seed", int),
-    "temp": ("temperature", float),
-    "top-k": ("top_k", int),
-    "top-p": ("top_p", float),
-    "min-p": ("min_p", float),
-}
-SAMPLING_KEYS = {"temperature", "top_k", "top_p", "min_p"}
-
+# /set KEY VALUE: the settings that may change between replies, by their flag's name.
+SETTABLE = {FIELDS[name].key: name for name in PER_GENERATION}
 
 @dataclass
 class SessionTotals:
@@ -68,7 +51,7 @@ class SessionTotals:
 @dataclass
 class ChatSession:
     loaded: Loaded
-    config: GenerationConfig
+    settings: Settings
     system: str | None = None
     model_name: str = ""
     messages: list[Message] = field(default_factory=list)
@@ -79,26 +62,19 @@ class ChatSession:
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.config.seed)
+        self.rng = np.random.default_rng(self.settings.seed)
 
     def conversation(self) -> list[Message]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
 
     def _render(self, messages: list[Message]) -> list[int]:
-        model = self.loaded.target
-        text = render_chat(model, messages)
-        if text is None:
-            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-            bos, eos, _ = model.bos_eos_text()
-            text = Jinja2ChatFormatter(CHATML, eos_token=eos, bos_token=bos)(messages=messages).prompt
-        return tokenize_rendered(model, text)
+        return tokenize_rendered(self.loaded.target, render_chat(self.loaded.target, messages))
 
     def prompt_tokens(self, notify: Callable[[str], None]) -> list[int]:
         """The conversation's tokens, dropping the oldest turns (never the system prompt) when the
         context cannot also hold a reply."""
         n_ctx = self.loaded.target.n_ctx
-        reserve = min(self.config.max_tokens, n_ctx // 2)
+        reserve = min(self.settings.max_tokens, n_ctx // 2)
         tokens = self._render(self.conversation())
         while len(tokens) + reserve > n_ctx and len(self.messages) > 1:
             drop = 2 if len(self.messages) > 2 and self.messages[1]["role"] == "assistant" else 1
@@ -118,29 +94,26 @@ class ChatSession:
         tokens = self.prompt_tokens(notify)
         cancel = self.loaded.cancel
         cancel.clear()
-        done: DoneEvent | None = None
-        for ev in self.loaded.engine.generate(tokens, self.config, cancel, self.rng):
+        config = self.settings.generation_config()
+        for ev in self.loaded.engine.generate(tokens, config, cancel, self.rng):
             if isinstance(ev, DoneEvent):
-                done = ev
+                self.messages.append({"role": "assistant", "content": ev.text})
+                self.totals.add(ev)
             yield ev
-        assert done is not None
-        self.messages.append({"role": "assistant", "content": done.text})
-        self.totals.add(done)
 
     def set_option(self, key: str, value: str) -> str:
+        """/set KEY VALUE: a per-generation setting, named as its flag without the dashes."""
         if key not in SETTABLE:
             raise LocalspecError(f"unknown setting {key!r}; settable: {', '.join(SETTABLE)}")
-        name, kind = SETTABLE[key]
+        name = SETTABLE[key]
         try:
-            parsed: Any = kind(value)
+            parsed = parse(name, value)
         except ValueError:
-            raise LocalspecError(f"{key} needs a {kind.__name__} value, not {value!r}") from None
-        if name in SAMPLING_KEYS:
-            candidate = replace(self.config, sampling=replace(self.config.sampling, **{name: parsed}))
-        else:
-            candidate = replace(self.config, **{name: parsed})
-        candidate.validate()
-        self.config = candidate
+            raise LocalspecError(f"{key} needs a value like {getattr(self.settings, name)!r}, not {value!r}") from None
+        try:
+            self.settings = self.settings.merged({name: parsed})
+        except SettingError as e:
+            raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         if name == "seed":
             self.rng = np.random.default_rng(parsed)
         return f"{key} = {parsed}"

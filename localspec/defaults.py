@@ -23,6 +23,8 @@ DEFAULT_DRAFT_P_MIN = 0.0
 DEFAULT_DRAFT_POLICY = "sample"
 DEFAULT_DRAFT_P_SPLIT = 0.1  # llama.cpp's default
 MAX_DRAFT_BRANCHES = 16
+MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
+DRAFT_MODES = ("auto", "fixed")
 DEFAULT_LOOKUP_MIN = 2
 DEFAULT_LOOKUP_MAX = 4
 

@@ -1,16 +1,21 @@
-"""Build a ready engine from user choices: check files and vocabularies, load models, pick drafters."""
+"""The one builder of a ready engine, for run, chat, bench (and any later server): find the model
+files (a path, a pulled alias or the embedded demo model), check them and their vocabularies, load
+both models, and pick the drafter."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from localspec import defaults
 from localspec.backend.gguf_file import check_gguf
-from localspec.defaults import DEFAULT_DRAFT_MAX
-from localspec.backend.model import Model, ModelOptions, VocabModel
-from localspec.backend.vocab import check_compatible
+from localspec.backend.model import Model, ModelOptions
+from localspec.backend.vocab import VocabModel, check_compatible
+from localspec.backend.weights import OutOfMemory
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -18,27 +23,43 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.costs import DecodeCosts, pair_costs
 from localspec.engine.speculative import SpeculativeEngine
+from localspec.errors import LocalspecError
+from localspec.hardware import default_gpu_layers, physical_cores
+from localspec.settings import Settings
+
+DRAFTERS = ("none", "ngram", "draft-model", "tree", "chain")
 
 
 @dataclass(frozen=True)
-class LoadOptions:
+class ModelFiles:
     model: Path
     draft: Path | None = None
-    lookup: bool | None = None  # None: on when there is no draft model, off beside one
-    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_CTX
-    threads: int = 1
-    draft_threads: int = 1
-    gpu_layers: int = 0
-    draft_gpu_layers: int = 0
-    draft_max: int = DEFAULT_DRAFT_MAX
-    draft_p_min: float = 0.0
-    lookup_min: int = 2
-    lookup_max: int = 4
-    draft_mode: str = "auto"
-    draft_policy: str = "sample"
-    draft_branches: int = 1  # > 1: tree drafting with --draft-p-split
-    draft_p_split: float = 0.1
-    verbose: bool = False
+
+
+def resolve(
+    model: str | None, draft: str | None, notify: Callable[[str], None]
+) -> tuple[ModelFiles, dict[str, Any]]:
+    """The files to load, and the recommended settings of the alias they came from (if any).
+    `model`: a GGUF path, a pulled alias, or None for the embedded demo model; `draft`: a GGUF path,
+    'none', or None for the alias's own draft."""
+    from localspec.models.pulled import read_manifest
+    from localspec.models.registry import load_registry
+
+    draft_path = None if draft is None or draft.lower() == "none" else Path(draft).expanduser()
+    if model is None:
+        return ModelFiles(defaults.embedded_model(), draft_path), {}
+    if Path(model).expanduser().exists() or model.endswith(".gguf"):
+        return ModelFiles(Path(model).expanduser(), draft_path), {}
+    alias = load_registry().get(model)
+    manifest = read_manifest(model)
+    target = manifest.local_path("target") if manifest else None
+    if target is None:
+        raise LocalspecError(f"{model} is not pulled: run `localspec pull {model}` first")
+    if draft is None:
+        draft_path = manifest.local_path("draft") if manifest else None
+        if alias.draft is not None and draft_path is None:
+            notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
+    return ModelFiles(target, draft_path), dict(alias.settings)
 
 
 @dataclass
@@ -56,42 +77,56 @@ class Loaded:
         self.target.close()
 
 
-def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tuple[Model, Model | None]:
+def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag: str) -> Model:
+    try:
+        return Model(path, options, cancel)
+    except OutOfMemory as e:
+        raise LocalspecError(f"{e} (lower {gpu_flag})") from None
+
+
+def load_models(
+    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False
+) -> tuple[Model, Model | None]:
     """Check both files and their vocabularies before any weights are loaded, then load them."""
-    check_gguf(opts.model, "model")
-    if opts.draft is not None:
-        check_gguf(opts.draft, "draft")
-        with VocabModel(opts.model, opts.verbose) as vt, VocabModel(opts.draft, opts.verbose) as vd:
+    check_gguf(files.model, "model")
+    if files.draft is not None:
+        check_gguf(files.draft, "draft")
+        with VocabModel(files.model, verbose) as vt, VocabModel(files.draft, verbose) as vd:
             check_compatible(vt, vd)
-    target = Model(
-        opts.model,
+    cores, gpu = physical_cores(), default_gpu_layers()
+    # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
+    n_seq_max = settings.draft_branches if files.draft is not None else 1
+    threads = settings.threads or cores
+    target = _model(
+        files.model,
         ModelOptions(
-            n_ctx=opts.n_ctx,
-            n_threads=opts.threads,
-            n_threads_batch=opts.threads,
-            n_gpu_layers=opts.gpu_layers,
-            gpu_flag="--gpu-layers",
-            rollback_snapshots=opts.draft_max + 1,
-            n_seq_max=opts.draft_branches if opts.draft is not None else 1,
-            verbose=opts.verbose,
+            n_ctx=settings.ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_gpu_layers=gpu if settings.gpu_layers is None else settings.gpu_layers,
+            rollback_snapshots=settings.draft_max + 1,
+            n_seq_max=n_seq_max,
+            verbose=verbose,
         ),
         cancel,
+        Settings.about("gpu_layers").flag,
     )
-    if opts.draft is None:
+    if files.draft is None:
         return target, None
+    draft_threads = settings.draft_threads or cores
     try:
-        draft = Model(
-            opts.draft,
+        draft = _model(
+            files.draft,
             ModelOptions(
                 n_ctx=target.n_ctx,
-                n_threads=opts.draft_threads,
-                n_threads_batch=opts.draft_threads,
-                n_gpu_layers=opts.draft_gpu_layers,
-                gpu_flag="--draft-gpu-layers",
-                n_seq_max=opts.draft_branches,
-                verbose=opts.verbose,
+                n_threads=draft_threads,
+                n_threads_batch=draft_threads,
+                n_gpu_layers=gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers,
+                n_seq_max=n_seq_max,
+                verbose=verbose,
             ),
             cancel,
+            Settings.about("draft_gpu_layers").flag,
         )
     except BaseException:
         target.close()
@@ -99,40 +134,46 @@ def load_models(opts: LoadOptions, cancel: threading.Event | None = None) -> tup
     return target, draft
 
 
-def build_drafter(
-    target: Model, draft_model: Model | None, lookup: bool, opts: LoadOptions
-) -> tuple[Drafter | None, str]:
-    """The drafter for a model pair: draft model, n-gram lookup, their chain, or none."""
-    drafters: list[Drafter] = []
-    if lookup:
-        drafters.append(NgramDrafter(opts.lookup_min, opts.lookup_max))
-    if draft_model is not None and opts.draft_branches > 1:
-        drafters.append(
-            TreeDrafter(draft_model, opts.draft_p_split, opts.draft_branches, opts.draft_p_min, target.n_vocab)
-        )
-    elif draft_model is not None:
-        drafters.append(DraftModelDrafter(draft_model, opts.draft_p_min, opts.draft_policy, target.n_vocab))
-    if not drafters:
-        return None, "none"
-    if len(drafters) == 1:
-        return drafters[0], drafters[0].name
-    return ChainDrafter(drafters), "chain"
+def default_drafter(has_draft: bool, settings: Settings) -> str:
+    """Prompt lookup alone without a draft model; beside one the draft model (a tree with
+    --draft-branches > 1), chained after prompt lookup when --lookup asks for it."""
+    lookup = settings.lookup if settings.lookup is not None else not has_draft
+    if has_draft:
+        return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model"
+    return "ngram" if lookup else "none"
 
 
-def measure_costs(target: Model, draft_model: Model | None, draft_max: int) -> DecodeCosts | None:
+def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settings) -> Drafter | None:
+    """A drafter of kind `kind` (one of DRAFTERS) over the loaded models."""
+    if kind == "none":
+        return None
+    if kind == "ngram":
+        return NgramDrafter()
+    if draft is None:
+        raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
+    if kind == "tree" or (kind == "chain" and settings.draft_branches > 1):
+        if settings.draft_branches < 2:
+            raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
+        model: Drafter = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
+    else:
+        model = DraftModelDrafter(draft, target.n_vocab)
+    return ChainDrafter([NgramDrafter(), model]) if kind == "chain" else model
+
+
+def measure_costs(target: Model, draft: Model | None, draft_max: int) -> DecodeCosts | None:
     """Decode costs for the auto controller (cached per model file); None where they cannot be measured."""
     try:
-        return pair_costs(target, draft_model, draft_max)
+        return pair_costs(target, draft, draft_max)
     except RuntimeError:  # a model that cannot roll back its state
         return None
 
 
-def load(opts: LoadOptions, cancel: threading.Event | None = None) -> Loaded:
+def load(files: ModelFiles, settings: Settings, cancel: threading.Event | None = None, verbose: bool = False) -> Loaded:
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
-    target, draft_model = load_models(opts, cancel)
-    lookup = opts.lookup if opts.lookup is not None else draft_model is None
-    drafter, name = build_drafter(target, draft_model, lookup, opts)
-    costs = measure_costs(target, draft_model, opts.draft_max) if drafter and opts.draft_mode == "auto" else None
+    target, draft = load_models(files, settings, cancel, verbose)
+    drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings)
+    costs = measure_costs(target, draft, settings.draft_max) if drafter and settings.draft_mode == "auto" else None
+    name = drafter.name if drafter else "none"
     engine = SpeculativeEngine(target, drafter, name, costs)
-    return Loaded(engine, target, draft_model, time.perf_counter() - t0, cancel)
+    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

@@ -8,15 +8,25 @@ from localspec.backend.model import Model
 from localspec.errors import LocalspecError
 
 Message = dict[str, str]
+# Used when a GGUF carries no chat template, by run and chat alike (llama.cpp falls back to ChatML too).
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
-def render_chat(model: Model, messages: Sequence[Message]) -> str | None:
-    """The conversation rendered by the GGUF's chat template, or None when the model has none."""
-    template = model.chat_template()
-    if template is None:
+def template_notice(model: Model) -> str | None:
+    """What to tell the user when the model brings no chat template of its own."""
+    if model.chat_template() is not None:
         return None
+    return f"{model.path.name} has no chat template: messages are rendered as ChatML (--raw sends a prompt as is)"
+
+
+def render_chat(model: Model, messages: Sequence[Message]) -> str:
+    """The conversation rendered by the GGUF's chat template (ChatML when it has none)."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+    template = model.chat_template() or CHATML
     bos, eos, _ = model.bos_eos_text()
     try:
         return Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)(messages=list(messages)).prompt
@@ -31,9 +41,7 @@ def tokenize_rendered(model: Model, text: str) -> list[int]:
 
 
 def prompt_tokens(model: Model, text: str, raw: bool, system: str | None = None) -> list[int]:
-    if not raw:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        rendered = render_chat(model, messages)
-        if rendered is not None:
-            return tokenize_rendered(model, rendered)
-    return model.tokenize(text, add_special=True, parse_special=True)
+    if raw:
+        return model.tokenize(text, add_special=True, parse_special=True)
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    return tokenize_rendered(model, render_chat(model, messages))

@@ -11,27 +11,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec import defaults
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.8
-    top_k: int = 40
-    top_p: float = 0.95
-    min_p: float = 0.05
+    temperature: float = defaults.DEFAULT_TEMP
+    top_k: int = defaults.DEFAULT_TOP_K
+    top_p: float = defaults.DEFAULT_TOP_P
+    min_p: float = defaults.DEFAULT_MIN_P
 
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
-
-    def validate(self) -> None:
-        if self.temperature < 0:
-            raise ValueError("--temp must be >= 0")
-        if self.top_k < 0:
-            raise ValueError("--top-k must be >= 0 (0 disables it)")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("--top-p must be in (0, 1]")
-        if not 0.0 <= self.min_p < 1.0:
-            raise ValueError("--min-p must be in [0, 1)")
 
 
 def softmax(x: np.ndarray) -> np.ndarray:

@@ -54,7 +54,7 @@ def test_two_turns_stats_set_and_exit(tiny: TinyModels, tmp_path: Path):
     child.expect_exact("draft-max = 2")
     child.expect_exact(PROMPT)
     child.sendline("/set draft-max 0")
-    child.expect_exact("--draft-max must be >= 1")
+    child.expect_exact("draft-max must be in [1, 256]")
     child.expect_exact(PROMPT)
     turn(child, "moon")
     save = tmp_path / "conv.json"

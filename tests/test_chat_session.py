@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 import pytest
 from conftest import TinyModels
 
 from localspec.backend.model import ABORTABLE_BATCH
 from localspec.chat import ChatSession
-from localspec.engine.events import DoneEvent, Event
-from localspec.engine.speculative import GenerationConfig
-from localspec.loader import LoadOptions, load
-from localspec.sampling import SamplingParams
+from localspec.errors import LocalspecError
+from localspec.engine.events import drain
+from localspec.loader import ModelFiles, load
+from localspec.settings import Settings
 
-SAMPLED = SamplingParams(temperature=1.5, top_k=0, top_p=1.0, min_p=0.0)
-
-
-def done_of(events: Iterable[Event]) -> DoneEvent:
-    return [ev for ev in events if isinstance(ev, DoneEvent)][-1]
+SAMPLED = Settings(temp=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=11, draft_mode="fixed", draft_max=4)
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny: TinyModels):
-    pair = load(LoadOptions(model=tiny.target, draft=tiny.close, draft_mode="fixed"))
+    pair = load(ModelFiles(tiny.target, tiny.close), Settings(draft_mode="fixed"))
     yield pair
     pair.close()
 
@@ -33,31 +27,30 @@ def answers(session: ChatSession, questions: list[str], reset: bool = False) -> 
     for q in questions:
         if reset:
             session.reset()
-        out.append(done_of(session.reply(q, print)).tokens)
+        out.append(drain(session.reply(q, print)).tokens)
     return out
 
 
 def test_replies_draw_on_from_one_stream_and_a_seed_repeats_the_conversation(loaded):
-    config = GenerationConfig(max_tokens=12, sampling=SAMPLED, seed=11, draft_mode="fixed", draft_max=4)
-    session = ChatSession(loaded, config)
+    session = ChatSession(loaded, SAMPLED)
     first, again = answers(session, ["the cat", "the cat"], reset=True)
     # The same question in a fresh conversation is asked of a stream that has moved on.
     assert first != again
     # The same seed in a new session, or set again in this one, repeats the conversation as a whole.
-    assert answers(ChatSession(loaded, config), ["the cat", "the cat"], reset=True) == [first, again]
+    assert answers(ChatSession(loaded, SAMPLED), ["the cat", "the cat"], reset=True) == [first, again]
     session.set_option("seed", "11")
     assert answers(session, ["the cat", "the cat"], reset=True) == [first, again]
 
 
 def test_set_seed_rejects_what_no_generator_takes(loaded):
-    session = ChatSession(loaded, GenerationConfig(seed=1))
-    with pytest.raises(Exception, match="--seed must be in"):
+    session = ChatSession(loaded, Settings(seed=1))
+    with pytest.raises(LocalspecError, match=r"^seed must be in \[0, 2\^64\)"):
         session.set_option("seed", "-1")
-    assert session.config.seed == 1
+    assert session.settings.seed == 1
 
 
 def test_ctrl_c_stops_a_prompt_pass_midway(loaded):
-    session = ChatSession(loaded, GenerationConfig(max_tokens=8, sampling=SamplingParams(temperature=0.0), draft_mode="fixed"))
+    session = ChatSession(loaded, Settings(max_tokens=8, temp=0.0, draft_mode="fixed"))
     target = loaded.target
     real_decode = target.decode
 
@@ -68,7 +61,7 @@ def test_ctrl_c_stops_a_prompt_pass_midway(loaded):
 
     target.decode = decode_with_ctrl_c
     try:
-        done = done_of(session.reply("the cat sat on the mat " * 30, print))
+        done = drain(session.reply("the cat sat on the mat " * 30, print))
     finally:
         del target.decode
     assert done.stop_reason == "interrupted"
@@ -76,4 +69,15 @@ def test_ctrl_c_stops_a_prompt_pass_midway(loaded):
     assert len(target.cached) < ABORTABLE_BATCH  # llama_decode stopped inside the pass
     # The next reply starts afresh (the event is cleared) and the conversation goes on.
     session.reset()
-    assert done_of(session.reply("moon", print)).stop_reason == "length"
+    assert drain(session.reply("moon", print)).stop_reason == "length"
+
+
+def test_set_changes_only_what_may_change_between_replies(loaded):
+    session = ChatSession(loaded, Settings())
+    assert session.set_option("draft-p-split", "0.2") == "draft-p-split = 0.2" and session.settings.draft_p_split == 0.2
+    assert session.set_option("lookup-max", "6") == "lookup-max = 6"
+    for load_time in ("ctx", "threads", "draft-branches", "gpu-layers"):
+        with pytest.raises(LocalspecError, match=f"unknown setting '{load_time}'"):
+            session.set_option(load_time, "2")
+    with pytest.raises(LocalspecError, match="draft-min must be in \\[0, draft-max\\]"):
+        session.set_option("draft-min", "99")

@@ -118,8 +118,8 @@ def test_ctrl_c_stops_cleanly_with_stats(smollm2_q4: Path):
 @pytest.mark.parametrize(
     "args,fragment",
     [
-        (["--draft-max", "0"], "--draft-max must be >= 1"),
-        (["--draft-max", "-3"], "--draft-max must be >= 1"),
+        (["--draft-max", "0"], "--draft-max must be in [1, 256]"),
+        (["--draft-max", "-3"], "--draft-max must be in [1, 256]"),
         (["-n", "0"], "--max-tokens must be >= 1"),
         (["--temp", "-1"], "--temp must be >= 0"),
         (["--top-p", "0"], "--top-p"),

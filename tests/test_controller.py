@@ -97,20 +97,36 @@ def test_probes_after_idle_steps_and_backs_off():
 
 
 def test_decisions_depend_only_on_the_stream():
-    a, b = AutoController(cpu_like(), 8), AutoController(cpu_like(), 8)
-    stream = [(4, 3), (4, 0), (2, 2), (5, 1)] * 5
-    out = []
-    for ctl in (a, b):
+    """Two controllers fed the same stream (drafts, verdicts, confidences and the steps' token
+    counts) decide the same, and the decisions respond to the stream: a stream of rejections
+    changes them."""
+
+    def decisions(stream) -> list[tuple[int, int, bool]]:
+        ctl = AutoController(cpu_like(), 8)
         seq = []
         for drafted, acc in stream:
-            seq.append(ctl.budget(8).limit("draft-model"))
-            ctl.update("draft-model", drafted, acc)
-        out.append(seq)
-    assert out[0] == out[1]
+            budget = ctl.budget(8, context=100)
+            limit = budget.limit("draft-model", calibrated=True)
+            seq.append((limit, budget.catch_up("draft-model"), budget.keep("draft-model", 0.7, 2)))
+            judged = [(0.9, i < acc) for i in range(min(acc + 1, drafted))]
+            if limit:
+                ctl.update("draft-model", drafted, acc, judged)
+            ctl.record_step(drafted if limit else 0, (acc if limit else 0) + 1, 100)
+        return seq
+
+    good = [(4, 4), (4, 3), (2, 2), (5, 4)] * 6
+    bad = [(4, 0), (4, 0), (2, 0), (5, 0)] * 6
+    assert decisions(good) == decisions(good)
+    assert decisions(bad) == decisions(bad)
+    assert decisions(good) != decisions(bad)
+    assert any(limit == 0 for limit, _, _ in decisions(bad))  # rejections alone stop the asking
 
 
-def test_fixed_budget():
-    assert FixedBudget(5).limit("anything") == 5
+def test_fixed_budget_drafts_to_its_cap_and_never_below_its_floor():
+    fixed = FixedBudget(5, floor=2)
+    assert fixed.limit("anything") == 5 and fixed.limit("draft-model", calibrated=True) == 5
+    assert fixed.floor == 2
+    assert fixed.keep("draft-model", 0.0, 5) and not fixed.keep("draft-model", 1.0, 6)
 
 
 def test_no_probing_when_even_perfect_drafts_cannot_pay():

@@ -8,6 +8,7 @@ import pytest
 from conftest import TinyModels, model_options, run_engine
 
 from localspec.backend.model import Model
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.controller import FixedBudget
@@ -73,10 +74,12 @@ def test_acceptance_is_high_for_close_and_low_for_poor_draft(tiny, target):
 
 
 def test_greedy_ngram_output_is_identical(target, baselines):
-    engine = SpeculativeEngine(target, NgramDrafter(1, 3), "ngram")
+    engine = SpeculativeEngine(target, NgramDrafter(), "ngram")
+    lookup = DraftSettings(lookup_min=1, lookup_max=3)
     for draft_max in (1, 3, 8):
         for prompt, expected in baselines.items():
-            done = run_engine(engine, target.tokenize(prompt), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max))
+            config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max, drafting=lookup)
+            done = run_engine(engine, target.tokenize(prompt), config)
             assert done.tokens == expected
             assert set(done.stats.drafters) <= {"ngram"}
 
@@ -106,9 +109,10 @@ def test_draft_min_drafts_that_many_before_p_min_or_auto_may_stop(tiny, target, 
     costs = DecodeCosts({b: 1.0 + 2.0 * (b - 1) for b in (1, 2, 4, 8)}, draft_token={"draft-model": 0.5})
     with Model(tiny.close, model_options()) as d:
         # With p-min near 1 every draft would stop at once; draft-min 3 drafts three tokens anyway.
-        engine = SpeculativeEngine(target, DraftModelDrafter(d, p_min=0.9999), "draft-model", costs)
+        engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", costs)
         config = GenerationConfig(
-            max_tokens=40, sampling=SamplingParams(temperature=temperature), seed=3, draft_max=8, draft_min=3, draft_mode=mode
+            max_tokens=40, sampling=SamplingParams(temperature=temperature), seed=3, draft_max=8, draft_min=3, draft_mode=mode,
+            drafting=DraftSettings(p_min=0.9999),
         )
         events = list(engine.generate(target.tokenize(PROMPTS[0]), config))
     # A step drafts three tokens or none (auto may decide drafting does not pay; -n leaves no room).
@@ -124,10 +128,14 @@ def test_draft_min_drafts_that_many_before_p_min_or_auto_may_stop(tiny, target, 
 def test_draft_min_drops_a_short_lookup_match(target):
     # The last token occurred once before, two from the end: its continuation has two tokens.
     prompt = [1, 300, 301, 300]
-    draft = NgramDrafter(1, 1).propose(prompt, FixedBudget(4), GREEDY, np.random.default_rng(0))
+    unigrams = DraftSettings(lookup_min=1, lookup_max=1)
+    lookup = NgramDrafter()
+    lookup.begin(prompt, unigrams)
+    draft = lookup.propose(prompt, FixedBudget(4), GREEDY, np.random.default_rng(0))
     assert 0 < len(draft.tokens) < 3
-    engine = SpeculativeEngine(target, NgramDrafter(1, 1), "ngram")
-    events = list(engine.generate(prompt, GenerationConfig(max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3)))
+    engine = SpeculativeEngine(target, lookup, "ngram")
+    config = GenerationConfig(max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3, drafting=unigrams)
+    events = list(engine.generate(prompt, config))
     assert [e.drafted for e in events if isinstance(e, StepEvent)][0] == 0
 
 

@@ -30,6 +30,7 @@ from scipy import stats
 from tiny_models import TinySpec, write_tiny_llama
 
 from localspec.backend.model import Model
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
@@ -129,15 +130,14 @@ def models(pair: Pair):
 def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
     target = models["padded_target" if case.vocab == "target-padded" else "target"]
     draft = models["padded_draft" if case.vocab == "draft-padded" else "draft"]
-    p_min = 0.3 if case.draft_min else 0.0
-    model = lambda: DraftModelDrafter(draft, p_min, "sample", target.n_vocab)  # noqa: E731
+    model = lambda: DraftModelDrafter(draft, target.n_vocab)  # noqa: E731
     drafter = {
         "fixed": model,
         "auto": model,
-        "argmax": lambda: DraftModelDrafter(draft, p_min, "greedy", target.n_vocab),
-        "tree": lambda: TreeDrafter(draft, 0.05, BRANCHES, p_min, target.n_vocab),
-        "chain": lambda: ChainDrafter([NgramDrafter(2, 3), model()]),
-        "ngram": lambda: NgramDrafter(1, 3),
+        "argmax": model,
+        "tree": lambda: TreeDrafter(draft, BRANCHES, target.n_vocab),
+        "chain": lambda: ChainDrafter([NgramDrafter(), model()]),
+        "ngram": NgramDrafter,
     }[case.mode]()
     return SpeculativeEngine(target, drafter, case.mode, AUTO_COSTS if case.mode == "auto" else None)
 
@@ -161,6 +161,13 @@ def _config(case: Case, seed: int) -> GenerationConfig:
         draft_max=DRAFT_MAX,
         draft_min=2 if case.draft_min else 0,
         draft_mode="auto" if case.mode == "auto" else "fixed",
+        drafting=DraftSettings(
+            p_min=0.3 if case.draft_min else 0.0,
+            policy="greedy" if case.mode == "argmax" else "sample",
+            p_split=0.05,
+            lookup_min=1,
+            lookup_max=3,
+        ),
     )
 
 

@@ -113,6 +113,16 @@ def test_pull_pair_then_run_alias(hub, tiny):
     assert stats["drafter"] == "draft-model" and stats["n_generated"] == 12
 
 
+def test_bench_on_a_pulled_alias_runs_its_draft_modes(hub):
+    assert cli(hub, "pull", "pair").returncode == 0
+    res = cli(hub, "bench", "-m", "pair", "--modes", "draft,auto", "-n", "8", "--limit", "1", "--category", "writing", "--json")
+    assert res.returncode == 0, res.stderr
+    modes = {s["mode"] for s in json.loads(res.stdout)["samples"]}
+    assert modes == {"baseline", "draft", "auto"}
+    drafted = [s["n_drafted"] for s in json.loads(res.stdout)["samples"] if s["mode"] == "draft"]
+    assert all(n > 0 for n in drafted)
+
+
 def test_pull_into_dir(hub, tmp_path):
     out = tmp_path / "models"
     res = cli(hub, "pull", "pair", "--dir", str(out))

@@ -11,6 +11,7 @@ from conftest import assert_greedy_equivalent, model_options, run_engine
 from scipy import stats
 
 from localspec.backend.model import Model
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.engine.tree import TreeLayout, verify_tree
@@ -105,9 +106,11 @@ class RecordingTree(TreeDrafter):
 @pytest.mark.parametrize("branches,draft_max", [(2, 3), (3, 6), (4, 8)])
 def test_greedy_tree_output_is_identical(tiny, tree_target, tree_baselines, draft_name, branches, draft_max):
     with Model(getattr(tiny, draft_name), replace(model_options(), n_seq_max=4)) as d:
-        drafter = RecordingTree(d, p_split=0.0, branches=branches)
+        drafter = RecordingTree(d, branches=branches)
         engine = SpeculativeEngine(tree_target, drafter, "tree")
-        config = GenerationConfig(max_tokens=80, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed")
+        config = GenerationConfig(
+            max_tokens=80, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed", drafting=DraftSettings(p_split=0.0)
+        )
         for prompt, expected in tree_baselines.items():
             prompt_tokens_ = tree_target.tokenize(prompt)
             done = run_engine(engine, prompt_tokens_, config)
@@ -120,7 +123,7 @@ def test_greedy_tree_output_is_identical(tiny, tree_target, tree_baselines, draf
 def test_tree_on_smollm2_matches_target_alone(smollm2_f16, smollm2_q4):
     opts = replace(model_options(2048), n_seq_max=4)
     with Model(smollm2_f16, opts) as t, Model(smollm2_q4, opts) as d:
-        engine = SpeculativeEngine(t, TreeDrafter(d, p_split=0.1, branches=4), "tree")
+        engine = SpeculativeEngine(t, TreeDrafter(d, branches=4), "tree")
         base = SpeculativeEngine(t, None)
         for text in ("Write a short poem about the sea.", "List three fruits and their colors."):
             prompt = prompt_tokens(t, text, raw=False)
@@ -139,9 +142,9 @@ def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny
     rng = np.random.default_rng(0)
     widths = {}
     with Model(tiny.close, replace(model_options(), n_seq_max=4)) as d:
-        drafter = TreeDrafter(d, p_split=0.1, branches=4)
+        drafter = TreeDrafter(d, branches=4)
         context = d.tokenize(PROMPTS[0])
-        drafter.begin(context)
+        drafter.begin(context, DraftSettings(p_split=0.1))
         for name, costs in (("cheap", cheap), ("dear", dear)):
             draft = drafter.propose(context, AutoController(costs, 8).budget(8), GREEDY, rng)
             widths[name] = TreeLayout.build(draft.parents).n_seqs if draft.tokens else 0
@@ -157,9 +160,9 @@ def test_a_tree_drafts_after_the_draft_skipped_part_of_the_context(tiny):
             return 4
 
     with Model(tiny.close, replace(model_options(), n_seq_max=4)) as d:
-        drafter = TreeDrafter(d, p_split=0.0, branches=3)
+        drafter = TreeDrafter(d, branches=3)
         prompt = d.tokenize(PROMPTS[1])
-        drafter.begin(prompt)
+        drafter.begin(prompt, DraftSettings(p_split=0.0))
         context = prompt + d.tokenize(" and then the cat ran to the big red house on the mat") * 3
         draft = drafter.propose(context, ProbeBudget(6), GREEDY, np.random.default_rng(0))
         assert len(draft.tokens) == 6 and TreeLayout.build(draft.parents).n_seqs > 1
@@ -185,8 +188,10 @@ def test_an_aborted_tree_pass_leaves_no_cells_in_the_branch_sequences(tiny):
             return real_decode_tree(tokens, positions, seq_ids)
 
         t.decode_tree = ctrl_c_during_the_tree_pass
-        engine = SpeculativeEngine(t, TreeDrafter(d, p_split=0.0, branches=4), "tree")
-        config = GenerationConfig(max_tokens=200, sampling=GREEDY, draft_max=ABORTABLE_BATCH + 8, draft_mode="fixed")
+        engine = SpeculativeEngine(t, TreeDrafter(d, branches=4), "tree")
+        config = GenerationConfig(
+            max_tokens=200, sampling=GREEDY, draft_max=ABORTABLE_BATCH + 8, draft_mode="fixed", drafting=DraftSettings(p_split=0.0)
+        )
         events = list(engine.generate(t.tokenize(PROMPTS[0]), config, cancel))
         done = events[-1]
         assert isinstance(done, DoneEvent) and done.stop_reason == "interrupted"

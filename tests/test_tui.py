@@ -13,9 +13,9 @@ from localspec.backend.model import Model
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import DoneEvent, GenerationStats, StepEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.render import summary_line
+from localspec.cli.views.render import summary_line
 from localspec.sampling import SamplingParams
-from localspec.tui import LiveRenderer, LiveStats
+from localspec.cli.views.tui import LiveRenderer, LiveStats
 
 
 def fake_events():
@@ -70,7 +70,12 @@ def test_live_render_on_a_real_engine(tiny: TinyModels):
         done = LiveRenderer(console, refresh_per_second=50).render(engine.generate(t.tokenize("the cat"), config))
     printable = lambda t: "".join(c for c in t if c.isprintable())  # noqa: E731
     assert printable(done.text.split("\n")[-1]) in printable(console.export_text())
-    assert "accepted" in summary_line(done.stats, done.stop_reason)
+    s = done.stats
+    line = summary_line(s, done.stop_reason)
+    assert f"{s.n_generated} tokens in " in line and "stop: length" in line and "drafter draft-model" in line
+    assert f"accepted {s.n_accepted}/{s.n_drafted} drafted ({s.acceptance_rate:.1%})" in line
+    assert f"{s.mean_tokens_per_step:.2f} tokens/pass" in line and f"prompt {s.n_prompt} tokens" in line
+    assert s.n_generated == 40 and 0 < s.n_accepted <= s.n_drafted
 
 
 def test_non_tty_prints_plain_text_only(tiny: TinyModels):

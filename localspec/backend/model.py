@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.logs import silence_llama_logs
+from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
 
@@ -27,7 +27,6 @@ class ModelOptions:
     n_threads: int = 1
     n_threads_batch: int = 1
     n_gpu_layers: int = 0
-    gpu_flag: str = "--gpu-layers"  # which CLI flag to lower when the GPU runs out of memory
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
     verbose: bool = False
@@ -35,49 +34,6 @@ class ModelOptions:
 
 class DecodeAborted(Exception):
     """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
-
-
-@functools.cache
-def _cpu_has_amx() -> bool:
-    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
-
-
-def _load(path: Path, n_gpu_layers: int, vocab_only: bool, gpu_flag: str = "--gpu-layers") -> llama_cpp.llama_model_p:
-    params = llama_cpp.llama_model_default_params()
-    params.n_gpu_layers = n_gpu_layers
-    params.vocab_only = vocab_only
-    # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
-    # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,
-    # still open; seen here in a VM with Q4_1 weights). Without the extra buffer types the CPU runs
-    # the plain AVX-512 kernels: slower prompt passes there, but no crash.
-    params.use_extra_bufts = not _cpu_has_amx()
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        hint = f"; if the GPU ran out of memory, lower {gpu_flag}" if n_gpu_layers else ""
-        raise LocalspecError(f"llama.cpp could not load {path} (unsupported architecture or corrupt file{hint})")
-    return model
-
-
-class VocabModel:
-    """A model loaded with vocab_only=True: the tokenizer without any weights."""
-
-    def __init__(self, path: Path, verbose: bool = False) -> None:
-        silence_llama_logs(verbose)
-        llama_cpp.llama_backend_init()
-        self.path = path
-        self.model = _load(path, 0, vocab_only=True)
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-
-    def close(self) -> None:
-        if self.model:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
-
-    def __enter__(self) -> VocabModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Model:
@@ -89,7 +45,7 @@ class Model:
         self.path = path
         self.options = options
         self._cancel = cancel or threading.Event()
-        self.model = _load(path, options.n_gpu_layers, vocab_only=False, gpu_flag=options.gpu_flag)
+        self.model = load_weights(path, options.n_gpu_layers, vocab_only=False)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.recurrent = bool(
@@ -116,8 +72,8 @@ class Model:
         if not self.ctx:
             llama_cpp.llama_model_free(self.model)
             self.model = None
-            hint = f" (lower {options.gpu_flag})" if options.n_gpu_layers else ""
-            raise LocalspecError(f"could not create a context of {cparams.n_ctx} tokens for {path}{hint}")
+            what = f"could not create a context of {cparams.n_ctx} tokens for {path}"
+            raise OutOfMemory(what) if options.n_gpu_layers else LocalspecError(what)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)

@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import llama_cpp
 
-from localspec.backend.model import VocabModel
+from localspec.backend.logs import silence_llama_logs
+from localspec.backend.weights import load_weights
 from localspec.errors import LocalspecError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN = 5  # ids below are special tokens that families number differently
+
+
+class VocabModel:
+    """A model loaded with vocab_only=True: the tokenizer without any weights."""
+
+    def __init__(self, path: Path, verbose: bool = False) -> None:
+        silence_llama_logs(verbose)
+        llama_cpp.llama_backend_init()
+        self.path = path
+        self.model = load_weights(path, 0, vocab_only=True)
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+
+    def close(self) -> None:
+        if self.model:
+            llama_cpp.llama_model_free(self.model)
+            self.model = None
+
+    def __enter__(self) -> VocabModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def check_compatible(target: VocabModel, draft: VocabModel) -> None:

@@ -1,4 +1,5 @@
-"""The drafter interface: given the context, propose tokens (and their draft probabilities)."""
+"""The drafter interface: given the context, propose tokens (and their draft probabilities), within
+a budget that a draft-length controller (engine/controller.py) or a fixed cap sets."""
 
 from __future__ import annotations
 
@@ -8,8 +9,45 @@ from typing import Protocol
 
 import numpy as np
 
-from localspec.engine.controller import Budget
+from localspec import defaults
 from localspec.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class DraftSettings:
+    """What drafters read per generation (chat's /set and a server's requests may change it)."""
+
+    p_min: float = defaults.DEFAULT_DRAFT_P_MIN  # stop where the draft's top probability is lower
+    policy: str = defaults.DEFAULT_DRAFT_POLICY  # at temp > 0: "sample" from q, or "greedy" argmax
+    p_split: float = defaults.DEFAULT_DRAFT_P_SPLIT  # trees: a runner-up this likely opens a branch
+    lookup_min: int = defaults.DEFAULT_LOOKUP_MIN  # prompt lookup: n-gram lengths matched
+    lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
+
+
+class Budget(Protocol):
+    """How far a drafter may draft this step; the engine's controller implements it."""
+
+    # --draft-min: whenever a drafter drafts at all, its first `floor` tokens are drafted without
+    # consulting --draft-p-min, `keep` or `extend`, so that whether a sampled token is proposed never
+    # depends on its value (a draft cut short after sampling would not be lossless).
+    floor: int
+
+    def limit(self, source: str, calibrated: bool = False) -> int:
+        """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
+        `extend` token by token, so only whether to draft at all is decided here)."""
+
+    def catch_up(self, source: str) -> int:
+        """The most missed tokens `source` should evaluate before drafting (it skips older ones)."""
+
+    def acceptance(self, source: str, confidence: float) -> float:
+        """How likely a token drafted with this confidence is accepted, once all before it were."""
+
+    def keep(self, source: str, path_p: float, n: int) -> bool:
+        """Whether the n-th drafted token (1-based), accepted with probability path_p together with
+        all tokens before it, is worth verifying."""
+
+    def extend(self, source: str, path_p: float, n: int) -> bool:
+        """Whether drafting an (n+1)-th token after the n-th (path probability path_p) pays."""
 
 
 @dataclass
@@ -40,8 +78,9 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, context: Sequence[int]) -> None:
-        """A new generation starts from `context` (the whole prompt): index or prefill it."""
+    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+        """A new generation starts from `context` (the whole prompt) under `settings`: index or
+        prefill it."""
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Draft, Drafter
-from localspec.engine.controller import Budget
+from localspec.drafters.base import Budget, Draft, Drafter, DraftSettings
 from localspec.sampling import SamplingParams
 
 
@@ -17,9 +16,9 @@ class ChainDrafter:
     def __init__(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = list(drafters)
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
         for d in self.drafters:
-            d.begin(context)
+            d.begin(context, settings)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator

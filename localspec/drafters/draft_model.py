@@ -7,13 +7,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backend.model import Model
-from localspec.drafters.base import Draft
+from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams, distribution, max_prob, sample
-
-
-DRAFT_POLICIES = ("sample", "greedy")
 
 
 class DraftModelDrafter:
@@ -27,21 +23,19 @@ class DraftModelDrafter:
 
     name = "draft-model"
 
-    def __init__(self, model: Model, p_min: float = 0.0, policy: str = "sample", target_vocab: int | None = None) -> None:
-        if policy not in DRAFT_POLICIES:
-            raise ValueError(f"draft policy must be one of {DRAFT_POLICIES}")
+    def __init__(self, model: Model, target_vocab: int | None = None) -> None:
         self.model = model
         self.view = DraftView(model, target_vocab)
-        self.p_min = p_min
-        self.policy = policy
+        self.settings = DraftSettings()
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+        self.settings = settings
         self.view.begin(context)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        greedy = params.greedy or self.policy == "greedy"
+        greedy = params.greedy or self.settings.policy == "greedy"
         draft = Draft(probs=None if greedy else [], source=self.name, confidences=[])
         if not self.view.knows(context[-1]):
             return draft
@@ -54,7 +48,7 @@ class DraftModelDrafter:
         for n in range(1, max_tokens + 1):
             q = None if greedy else distribution(logits, params)
             confidence = max_prob(logits) if q is None else float(q.max())
-            if n > budget.floor and confidence < self.p_min:
+            if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.name, confidence)
             if not budget.keep(self.name, path_p, n):

@@ -10,22 +10,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Draft
-from localspec.engine.controller import Budget
+from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.sampling import SamplingParams
 
 
 class NgramDrafter:
     name = "ngram"
 
-    def __init__(self, n_min: int = 2, n_max: int = 4) -> None:
-        if not 1 <= n_min <= n_max:
-            raise ValueError("need 1 <= lookup-min <= lookup-max")
-        self.n_min = n_min
-        self.n_max = n_max
-        self.begin(())
+    def __init__(self) -> None:
+        self.begin((), DraftSettings())
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+        self.n_min, self.n_max = settings.lookup_min, settings.lookup_max
         self._tokens: list[int] = []
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.n_min, self.n_max + 1)}
         self._extend(context)
@@ -42,9 +38,9 @@ class NgramDrafter:
     def _sync(self, context: Sequence[int]) -> None:
         known = len(self._tokens)
         if len(context) < known or (known and context[known - 1] != self._tokens[-1]):
-            self.begin(context)  # not a continuation of what we indexed (a new conversation)
-        else:
-            self._extend(context)
+            self._tokens = []  # not a continuation of what was indexed (a new conversation)
+            self._index = {n: {} for n in self._index}
+        self._extend(context)
 
     def match(self, context: Sequence[int]) -> tuple[int, int]:
         """(n, position) of the longest, most recent earlier occurrence of the context's last n
@@ -57,11 +53,6 @@ class NgramDrafter:
             if pos is not None:
                 return n, pos
         return 0, -1
-
-    def lookup(self, context: Sequence[int], max_tokens: int) -> list[int]:
-        """The tokens that followed the longest, most recent earlier occurrence of the context's suffix."""
-        n, pos = self.match(context)
-        return self._tokens[pos : min(pos + max_tokens, len(self._tokens))] if n else []
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.backend.model import Model
-from localspec.drafters.base import Draft
+from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.engine.controller import Budget
 from localspec.sampling import SamplingParams, softmax
 
 
@@ -48,18 +47,16 @@ def _top(probs: np.ndarray, n: int) -> np.ndarray:
 class TreeDrafter:
     name = "tree"
 
-    def __init__(
-        self, model: Model, p_split: float = 0.1, branches: int = 4, p_min: float = 0.0, target_vocab: int | None = None
-    ) -> None:
+    def __init__(self, model: Model, branches: int = 4, target_vocab: int | None = None) -> None:
         if branches > model.options.n_seq_max:
             raise ValueError("the draft context needs n_seq_max >= branches")
         self.model = model
         self.view = DraftView(model, target_vocab)
-        self.p_split = p_split
-        self.branches = branches
-        self.p_min = p_min
+        self.branches = branches  # fixed at load: the branches are sequences of the draft's context
+        self.settings = DraftSettings()
 
-    def begin(self, context: Sequence[int]) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+        self.settings = settings
         self.view.begin(context)
 
     def propose(
@@ -81,11 +78,11 @@ class TreeDrafter:
                 grown: list[_Branch] = []
                 for br in live:
                     order = _top(br.probs, self.branches)
-                    if len(draft.tokens) >= budget.floor and br.probs[order[0]] < self.p_min:
+                    if len(draft.tokens) >= budget.floor and br.probs[order[0]] < self.settings.p_min:
                         continue  # this branch is too unsure to go on
                     for rank, cand in enumerate(order):
                         confidence = float(br.probs[cand])
-                        if len(draft.tokens) >= limit or (rank and (confidence <= self.p_split or n_seqs >= self.branches)):
+                        if len(draft.tokens) >= limit or (rank and (confidence <= self.settings.p_split or n_seqs >= self.branches)):
                             break
                         # A side candidate is the target's choice only where the top one is not:
                         # it is taken at its word, never at the top tokens' calibrated rate.
@@ -116,9 +113,7 @@ class TreeDrafter:
                 position += 1
         finally:
             # Keep only the top path in sequence 0; the next sync evaluates what the target accepted.
-            for s in range(1, n_seqs):
-                model.drop_seq(s)
-            model.cached.extend(main_path)
+            model.commit_path(0, main_path, n_seqs)
         return draft
 
     def close(self) -> None:

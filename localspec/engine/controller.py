@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from localspec.drafters.base import Budget
 from localspec.engine.costs import MAX_CATCH_UP, DecodeCosts
 from localspec.engine.estimates import DECAY, SourceEstimates, expected_tokens
 
@@ -42,30 +42,6 @@ PROBE_MARGIN = 1.25
 # Near its optimum the rate curve is flat, and acceptance comes in runs that the per-position
 # estimates only partly capture: among lengths within this fraction of the best rate, the longest wins.
 FLAT_TOLERANCE = 0.03
-
-
-class Budget(Protocol):
-    # --draft-min: whenever a drafter drafts at all, its first `floor` tokens are drafted without
-    # consulting --draft-p-min, `keep` or `extend`, so that whether a sampled token is proposed never
-    # depends on its value (a draft cut short after sampling would not be lossless).
-    floor: int
-
-    def limit(self, source: str, calibrated: bool = False) -> int:
-        """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
-        `extend` token by token, so only whether to draft at all is decided here)."""
-
-    def catch_up(self, source: str) -> int:
-        """The most missed tokens `source` should evaluate before drafting (it skips older ones)."""
-
-    def acceptance(self, source: str, confidence: float) -> float:
-        """How likely a token drafted with this confidence is accepted, once all before it were."""
-
-    def keep(self, source: str, path_p: float, n: int) -> bool:
-        """Whether the n-th drafted token (1-based), accepted with probability path_p together with
-        all tokens before it, is worth verifying."""
-
-    def extend(self, source: str, path_p: float, n: int) -> bool:
-        """Whether drafting an (n+1)-th token after the n-th (path probability path_p) pays."""
 
 
 @dataclass

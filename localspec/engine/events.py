@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
 
@@ -98,3 +99,15 @@ class DoneEvent:
 
 
 Event = TokenEvent | StepEvent | NoticeEvent | DoneEvent
+
+
+def drain(events: Iterable[Event], each: Callable[[Event], None] = lambda _ev: None) -> DoneEvent:
+    """Consume a generation's events, handing each to `each`; the DoneEvent that ends them."""
+    done: DoneEvent | None = None
+    for ev in events:
+        each(ev)
+        if isinstance(ev, DoneEvent):
+            done = ev
+    if done is None:
+        raise AssertionError("the engine always ends with a DoneEvent")
+    return done

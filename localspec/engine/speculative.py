@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model
-from localspec.defaults import DEFAULT_DRAFT_MAX
-from localspec.drafters.base import Draft, Drafter
+from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS
+from localspec.drafters.base import Draft, Drafter, DraftSettings
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.costs import DecodeCosts
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
@@ -34,37 +34,19 @@ from localspec.engine.tree import TreeLayout, verify_tree
 from localspec.errors import LocalspecError
 from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample
 
-MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
-DRAFT_MODES = ("auto", "fixed")
-
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    max_tokens: int = 512
+    """What one generation reads (localspec/settings.py validates it and builds it)."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = 0  # whenever drafting, the first draft_min tokens are drafted unconditionally
     draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
-
-    def validate(self) -> None:
-        if self.max_tokens < 1:
-            raise LocalspecError("-n/--max-tokens must be >= 1")
-        if self.draft_max < 1:
-            raise LocalspecError("--draft-max must be >= 1")
-        if self.draft_max > MAX_DRAFT:
-            raise LocalspecError(f"--draft-max must be <= {MAX_DRAFT}")
-        if not 0 <= self.draft_min <= self.draft_max:
-            raise LocalspecError("--draft-min must be in [0, --draft-max]")
-        if self.seed is not None and not 0 <= self.seed < 2**64:
-            raise LocalspecError("--seed must be in [0, 2^64)")
-        if self.draft_mode not in DRAFT_MODES:
-            raise LocalspecError(f"--draft-mode must be one of {', '.join(DRAFT_MODES)}")
-        try:
-            self.sampling.validate()
-        except ValueError as e:
-            raise LocalspecError(str(e)) from None
+    drafting: DraftSettings = field(default_factory=DraftSettings)
 
 
 def verify(
@@ -124,7 +106,6 @@ class SpeculativeEngine:
         """Yield TokenEvent/StepEvent/NoticeEvent as tokens are accepted, then one DoneEvent.
         `rng` continues a stream of draws across generations (a chat); by default config.seed
         starts a new one."""
-        config.validate()
         target = self.target
         if not prompt:
             raise LocalspecError("the prompt is empty")
@@ -151,7 +132,7 @@ class SpeculativeEngine:
             reused = target.prefill(ctx[:-1])
             stats.n_prompt_evaluated = len(ctx) - reused
             if drafter is not None:
-                drafter.begin(ctx)
+                drafter.begin(ctx, config.drafting)
         except DecodeAborted:
             stop_reason = "interrupted"
         t_gen = time.perf_counter()

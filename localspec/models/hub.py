@@ -15,7 +15,7 @@ from typing import Protocol
 
 from localspec.backend.gguf_file import SPLIT_RE
 from localspec.errors import LocalspecError
-from localspec.registry import FileSpec
+from localspec.models.registry import FileSpec
 
 QUANT_NAME_RE = re.compile(r"(?<![A-Za-z0-9])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 

@@ -11,18 +11,19 @@ from typing import Annotated
 import typer
 
 from localspec import defaults
-from localspec.cli_options import (
+from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
-    ModelArgs, ModelOpt, SeedOpt, ShowAcceptedOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
-    sigint_sets, user_errors,
+    ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
+    request, sigint_sets, user_errors,
 )
 from localspec.errors import LocalspecError
+from localspec.settings import FIELDS, PER_GENERATION
 
-HELP = """commands:
+HELP = f"""commands:
   /help                 this help
   /stats                session totals: tokens, acceptance, tok/s
-  /set KEY VALUE        change a setting: draft-max, draft-min, draft-mode, max-tokens, seed, temp, top-k, top-p, min-p
+  /set KEY VALUE        change a setting for the next replies: {', '.join(FIELDS[n].key for n in PER_GENERATION)}
   /system TEXT          set the system prompt (keeps the conversation)
   /reset                forget the conversation
   /save FILE            save the conversation as JSON
@@ -95,12 +96,13 @@ def chat(
     model: ModelOpt = None,
     draft: DraftOpt = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
-    max_tokens: MaxTokensOpt = defaults.DEFAULT_MAX_TOKENS,
+    max_tokens: MaxTokensOpt = None,
     temp: TempOpt = None,
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
     min_p: MinPOpt = None,
     seed: SeedOpt = None,
+    stop: StopOpt = None,
     ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
     draft_threads: DraftThreadsOpt = None,
@@ -120,30 +122,29 @@ def chat(
     verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the model; the conversation stays in the KV caches of target and draft."""
+    given = dict(locals())
     from rich.console import Console
     from rich.text import Text
 
     from localspec.chat import ChatSession
+    from localspec.cli.views.render import render_plain, summary_line
+    from localspec.cli.views.tui import LiveRenderer
     from localspec.loader import load
-    from localspec.render import render_plain, summary_line
-    from localspec.tui import LiveRenderer
+    from localspec.prompt import template_notice
 
-    args = ModelArgs(
-        model, draft, lookup, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_branches=draft_branches, draft_p_split=draft_p_split, draft_mode=draft_mode, ctx=ctx,
-                   temp=temp, top_k=top_k, top_p=top_p, min_p=min_p, lookup_min=lookup_min, lookup_max=lookup_max),
-    )
     console = Console()
     err = Console(stderr=True)
     notify = lambda m: err.print(Text(m, style="yellow"))  # noqa: E731
     with user_errors():
-        load_options, settings = args.prepare()
-        config = settings.generation_config(max_tokens, seed if seed is not None else secrets.randbits(32))
-        loaded = load(load_options)
-    session = ChatSession(loaded, config, system, model_name=model or defaults.EMBEDDED_NAME)
+        files, settings = request(given, seed=secrets.randbits(32))
+        loaded = load(files, settings, verbose=verbose)
+    session = ChatSession(loaded, settings, system, model_name=model or defaults.EMBEDDED_NAME)
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
     err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"))
+    notice = template_notice(loaded.target)
+    if notice:
+        err.print(Text(f"note: {notice}", style="dim"))
     try:
         while True:
             text = _read_message(">>> " if interactive else "")

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from localspec.cli_options import user_errors
+from localspec.cli.options import user_errors
 
 
 def pull(
@@ -18,9 +18,9 @@ def pull(
     """Download an alias's target and draft GGUF files, with progress, resume and sha256 checks."""
     from huggingface_hub import constants
 
-    from localspec.pull_view import PullProgress
-    from localspec.pulled import check_space, fetch, plan_pull
-    from localspec.registry import load_registry
+    from localspec.cli.views.pull_view import PullProgress
+    from localspec.models.pulled import check_space, fetch, plan_pull
+    from localspec.models.registry import load_registry
 
     with user_errors():
         entry = load_registry().get(alias)
@@ -44,8 +44,8 @@ def models(
     from rich.console import Console
     from rich.table import Table
 
-    from localspec.pulled import read_manifest
-    from localspec.registry import load_registry
+    from localspec.models.pulled import read_manifest
+    from localspec.models.registry import load_registry
 
     with user_errors():
         registry = load_registry()
@@ -78,7 +78,7 @@ def models(
 
 def rm(alias: Annotated[str, typer.Argument(help="A pulled alias.")]) -> None:
     """Delete an alias's downloaded files (those another pulled alias uses stay)."""
-    from localspec.pulled import remove_alias
+    from localspec.models.pulled import remove_alias
 
     with user_errors():
         freed, kept = remove_alias(alias)

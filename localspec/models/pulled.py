@@ -12,9 +12,9 @@ from pathlib import Path
 
 import platformdirs
 
-from localspec import hub
+from localspec.models import hub
 from localspec.errors import LocalspecError
-from localspec.registry import APP_NAME, Alias, FileSpec
+from localspec.models.registry import APP_NAME, Alias, FileSpec
 
 ROLES = ("target", "draft")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from localspec.commands.bench import bench
-from localspec.commands.chat import chat
-from localspec.commands.pull import models, pull, rm
-from localspec.commands.run import run
+from localspec.cli.bench import bench
+from localspec.cli.chat import chat
+from localspec.cli.pull import models, pull, rm
+from localspec.cli.run import run
 
 app = typer.Typer(
     help="Lossless speculative decoding for local GGUF models (llama.cpp).",

@@ -14,7 +14,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
-from localspec.engine.events import DoneEvent, Event, NoticeEvent, StepEvent, TokenEvent
+from localspec.engine.events import DoneEvent, Event, NoticeEvent, StepEvent, TokenEvent, drain
 
 DRAFT_STYLE = "green"
 NOTICE_STYLE = "yellow"
@@ -86,12 +86,12 @@ class LiveRenderer:
                 self._line = Text()
 
     def render(self, events: Iterable[Event]) -> DoneEvent:
-        done: DoneEvent | None = None
         with Live(
             get_renderable=self._renderable, console=self.console, refresh_per_second=self.refresh_per_second,
             transient=True, vertical_overflow="visible",
         ) as live:
-            for ev in events:
+
+            def show(ev: Event) -> None:
                 if isinstance(ev, TokenEvent):
                     self.stats.on_token()
                     if ev.text:
@@ -101,9 +101,8 @@ class LiveRenderer:
                     self.stats.on_step(ev)
                 elif isinstance(ev, NoticeEvent):
                     live.console.print(Text(f"note: {ev.message}", style=NOTICE_STYLE))
-                elif isinstance(ev, DoneEvent):
-                    done = ev
-        assert done is not None, "the engine always ends with a DoneEvent"
+
+            done = drain(events, show)
         self._line.append(done.tail)
         self.console.print(self._line, soft_wrap=True)
         return done

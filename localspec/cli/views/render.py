@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, TokenEvent
+from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, TokenEvent, drain
 
 
 def summary_line(stats: GenerationStats, stop_reason: str) -> str:
@@ -30,31 +30,22 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
 
 
 def render_plain(events: Iterable[Event], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> DoneEvent:
-    done: DoneEvent | None = None
-    for ev in events:
-        if isinstance(ev, TokenEvent):
-            if ev.text:
-                out.write(ev.text)
-                out.flush()
+    def show(ev: Event) -> None:
+        if isinstance(ev, TokenEvent) and ev.text:
+            out.write(ev.text)
+            out.flush()
         elif isinstance(ev, NoticeEvent):
             err.write(f"note: {ev.message}\n")
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None, "the engine always ends with a DoneEvent"
+
+    done = drain(events, show)
     out.write(done.tail + "\n")
     out.flush()
     return done
 
 
 def collect(events: Iterable[Event], err: TextIO = sys.stderr) -> DoneEvent:
-    done: DoneEvent | None = None
-    for ev in events:
-        if isinstance(ev, NoticeEvent):
-            err.write(f"note: {ev.message}\n")
-        elif isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None, "the engine always ends with a DoneEvent"
-    return done
+    """The DoneEvent, with notices on stderr and nothing else shown."""
+    return drain(events, lambda ev: err.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None)
 
 
 def result_json(done: DoneEvent, seed: int | None) -> str:

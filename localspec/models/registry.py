@@ -16,26 +16,10 @@ from typing import Any
 import platformdirs
 
 from localspec.errors import LocalspecError
+from localspec.settings import ALIAS_KEYS, SettingError, Settings, value_types
 
 APP_NAME = "localspec"
 REGISTRY_ENV = "LOCALSPEC_REGISTRY"
-# Recommended settings an alias may carry, with the type each must have; CLI flags override them.
-SETTINGS: dict[str, type | tuple[type, ...]] = {
-    "draft_max": int,
-    "draft_min": int,
-    "draft_p_min": (int, float),
-    "ctx": int,
-    "temp": (int, float),
-    "top_k": int,
-    "top_p": (int, float),
-    "min_p": (int, float),
-    "lookup_min": int,
-    "lookup_max": int,
-    "draft_mode": str,
-    "draft_policy": str,
-    "draft_branches": int,
-    "draft_p_split": (int, float),
-}
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 
 
@@ -46,9 +30,6 @@ class FileSpec:
     file: str | None = None
     revision: str | None = None
 
-    def describe(self) -> str:
-        return f"{self.repo}:{self.file or self.quant}" + (f"@{self.revision}" if self.revision else "")
-
 
 @dataclass(frozen=True)
 class Alias:
@@ -58,7 +39,6 @@ class Alias:
     draft: FileSpec | None
     settings: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
-    source: str = ""
 
 
 @dataclass
@@ -108,7 +88,7 @@ def _merge(registry: Registry, text: str, source: str) -> None:
         registry.aliases.pop(name, None)
         registry.errors.pop(name, None)
         try:
-            registry.aliases[name] = parse_alias(name, entry, source)
+            registry.aliases[name] = parse_alias(name, entry)
         except ValueError as e:
             registry.errors[name] = f"{source}: alias {name!r}: {e}"
 
@@ -133,12 +113,13 @@ def _file_spec(value: Any, key: str) -> FileSpec:
     return FileSpec(repo, quant, file, value.get("revision"))
 
 
-def parse_alias(name: str, entry: Any, source: str = "") -> Alias:
+def parse_alias(name: str, entry: Any) -> Alias:
     if not isinstance(entry, dict):
         raise ValueError("must be a table")
     if "target" not in entry:
         raise ValueError("target is missing")
-    known = {"description", "target", "draft", *SETTINGS, *FACTS}
+    kinds = {**{k: value_types(k) for k in ALIAS_KEYS}, **FACTS}
+    known = {"description", "target", "draft", *kinds}
     unknown = sorted(set(entry) - known)
     if unknown:
         raise ValueError(f"{unknown[0]} is not a known field")
@@ -146,18 +127,23 @@ def parse_alias(name: str, entry: Any, source: str = "") -> Alias:
     if not isinstance(description, str):
         raise ValueError("description must be a string")
     values = {}
-    for key, kinds in {**SETTINGS, **FACTS}.items():
+    for key, types in kinds.items():
         if key in entry:
             value = entry[key]
-            if not isinstance(value, kinds) or (kinds is int and isinstance(value, bool)):
+            types = types if isinstance(types, tuple) else (types,)
+            if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
                 raise ValueError(f"{key} has the wrong type")
             values[key] = value
+    settings = {k: v for k, v in values.items() if k in ALIAS_KEYS}
+    try:
+        Settings().merged(settings)
+    except SettingError as e:
+        raise ValueError(e.worded(lambda n: n)) from None
     return Alias(
         name=name,
         description=description,
         target=_file_spec(entry["target"], "target"),
         draft=_file_spec(entry["draft"], "draft") if "draft" in entry else None,
-        settings={k: v for k, v in values.items() if k in SETTINGS},
+        settings=settings,
         facts={k: v for k, v in values.items() if k in FACTS},
-        source=source,
     )

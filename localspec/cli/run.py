@@ -9,12 +9,11 @@ from typing import Annotated
 
 import typer
 
-from localspec import defaults
-from localspec.cli_options import (
+from localspec.cli.options import (
     EXIT_INTERRUPTED, CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
-    ModelArgs, ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    VerboseOpt, fail, sigint_sets, user_errors,
+    ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
+    VerboseOpt, fail, request, sigint_sets, user_errors,
 )
 
 
@@ -22,7 +21,7 @@ def run(
     prompt: PromptOpt = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    max_tokens: MaxTokensOpt = defaults.DEFAULT_MAX_TOKENS,
+    max_tokens: MaxTokensOpt = None,
     temp: TempOpt = None,
     top_k: TopKOpt = None,
     top_p: TopPOpt = None,
@@ -51,29 +50,25 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
+    given = dict(locals())
     from rich.console import Console
 
+    from localspec.cli.views.render import collect, render_plain, result_json, summary_line
+    from localspec.cli.views.tui import LiveRenderer
     from localspec.loader import load
-    from localspec.prompt import prompt_tokens
-    from localspec.render import collect, render_plain, result_json, summary_line
-    from localspec.tui import LiveRenderer
+    from localspec.prompt import prompt_tokens, template_notice
 
     if prompt is None and not sys.stdin.isatty():
         prompt = sys.stdin.read()
     if not prompt:
         raise fail("no prompt: pass -p TEXT or pipe text on stdin")
-    args = ModelArgs(
-        model, draft, lookup, threads, draft_threads, gpu_layers, draft_gpu_layers, verbose,
-        flags=dict(draft_max=draft_max, draft_min=draft_min, draft_p_min=draft_p_min, draft_policy=draft_policy, draft_branches=draft_branches, draft_p_split=draft_p_split, draft_mode=draft_mode, ctx=ctx, temp=temp,
-                   top_k=top_k, top_p=top_p, min_p=min_p, lookup_min=lookup_min, lookup_max=lookup_max),
-    )
-    seed = seed if seed is not None else secrets.randbits(32)
     cancel = threading.Event()
     with user_errors():
-        load_options, settings = args.prepare()
-        config = settings.generation_config(max_tokens, seed, tuple(stop or ()))
-        loaded = load(load_options, cancel)
+        files, settings = request(given, seed=secrets.randbits(32))
+        config = settings.generation_config()
+        loaded = load(files, settings, cancel, verbose)
         try:
+            notice = None if raw else template_notice(loaded.target)
             tokens = prompt_tokens(loaded.target, prompt, raw)
             with sigint_sets(cancel):
                 events = loaded.engine.generate(tokens, config, cancel)
@@ -87,8 +82,10 @@ def run(
             loaded.close()
     done.stats.load_s = loaded.load_s
     if json_out:
-        typer.echo(result_json(done, seed))
+        typer.echo(result_json(done, settings.seed))
     elif not quiet:
+        if notice:
+            typer.echo(f"note: {notice}", err=True)
         typer.echo(summary_line(done.stats, done.stop_reason), err=True)
     if done.stop_reason == "interrupted":
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -1,0 +1,37 @@
+"""Loading a GGUF's weights (or only its vocabulary) into llama.cpp."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import llama_cpp
+
+from localspec.errors import LocalspecError
+
+
+class OutOfMemory(LocalspecError):
+    """Loading failed with layers offloaded: most likely the GPU ran out of memory."""
+
+
+@functools.cache
+def _cpu_has_amx() -> bool:
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
+
+def load_weights(path: Path, n_gpu_layers: int, vocab_only: bool) -> llama_cpp.llama_model_p:
+    params = llama_cpp.llama_model_default_params()
+    params.n_gpu_layers = n_gpu_layers
+    params.vocab_only = vocab_only
+    # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
+    # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,
+    # still open; seen here in a VM with Q4_1 weights). Without the extra buffer types the CPU runs
+    # the plain AVX-512 kernels: slower prompt passes there, but no crash.
+    params.use_extra_bufts = not _cpu_has_amx()
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        what = f"llama.cpp could not load {path} (unsupported architecture or corrupt file"
+        if n_gpu_layers:
+            raise OutOfMemory(f"{what}, or the GPU ran out of memory)")
+        raise LocalspecError(f"{what})")
+    return model

@@ -1,0 +1,83 @@
+"""`localspec bench`: drafting modes against the target alone, on the same prompts."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localspec.bench import MODES
+from localspec.cli.options import (
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
+    GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelOpt, RawOpt, ThreadsOpt,
+    VerboseOpt, fail, request, user_errors,
+)
+
+BENCH_MAX_TOKENS = 128
+
+
+def bench(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    prompts: Annotated[Path | None, typer.Option("--prompts", help="Spec-Bench style JSONL (category, turns[0]); default: a small built-in set.")] = None,
+    category: Annotated[list[str] | None, typer.Option("--category", help="Only this category (repeatable).")] = None,
+    limit: Annotated[int, typer.Option("--limit", help="At most this many prompts per category (0: all).")] = 0,
+    max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", help=f"Tokens generated per prompt (default {BENCH_MAX_TOKENS}).")] = None,
+    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: " + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items()) + ".")] = "",
+    repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
+    temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 every mode is checked token by token against the baseline (default 0).")] = None,
+    ctx: CtxOpt = None,
+    threads: ThreadsOpt = None,
+    draft_threads: DraftThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = None,
+    draft_gpu_layers: DraftGpuLayersOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
+    draft_p_min: DraftPMinOpt = None,
+    draft_policy: DraftPolicyOpt = None,
+    draft_branches: DraftBranchesOpt = None,
+    draft_p_split: DraftPSplitOpt = None,
+    lookup_min: LookupMinOpt = None,
+    lookup_max: LookupMaxOpt = None,
+    raw: RawOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
+    given = dict(locals())
+    from localspec.bench import BenchResult, check_greedy, choose_modes, load_prompts, make_modes, run_bench
+    from localspec.cli.views.bench_view import BenchProgress, render_table
+    from localspec.loader import load_models, measure_costs
+
+    if repeat < 1 or limit < 0:
+        raise fail("--repeat must be >= 1 and --limit >= 0")
+    result = BenchResult()
+    with user_errors():
+        files, settings = request(given, temp=0.0, max_tokens=BENCH_MAX_TOKENS, seed=0)
+        chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], files.draft is not None)
+        config = settings.generation_config()
+        selected = load_prompts(prompts, category or (), limit)
+        target, draft_model = load_models(files, settings, threading.Event(), verbose)
+        try:
+            bench_modes = make_modes(chosen, target, draft_model, settings)
+            costs = measure_costs(target, draft_model, settings.draft_max)
+            total = len(selected) * len(chosen) * repeat
+            with BenchProgress(total, quiet=json_out) as progress:
+                for sample in run_bench(target, bench_modes, selected, config, costs, repeat, raw, progress.note):
+                    result.samples.append(sample)
+                    progress.advance()
+            if config.sampling.greedy:
+                check_greedy(target, result)
+        finally:
+            if draft_model is not None:
+                draft_model.close()
+            target.close()
+    if json_out:
+        typer.echo(json.dumps(result.to_json()))
+    else:
+        render_table(result)
+    if result.mismatches:
+        raise typer.Exit(1)

@@ -1,0 +1,107 @@
+"""Command-line options and helpers shared by the commands."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from localspec.defaults import EMBEDDED_NAME
+from localspec.errors import LocalspecError
+from localspec.settings import FIELDS, Settings
+
+if TYPE_CHECKING:
+    from localspec.loader import ModelFiles
+
+EXIT_INTERRUPTED = 130
+
+# Options shared by run, chat and bench. A setting's flag and help come from the settings record
+# (localspec/settings.py); a command's parameter has the setting's name, so `request` finds it.
+def _setting(name: str, *short: str, shown: Any = None) -> Any:
+    about = Settings.about(name)
+    default = getattr(Settings(), name) if shown is None else shown
+    flag = f"{about.flag}/--no-{about.key}" if name == "lookup" else about.flag
+    described = default in (None, ()) or "default" in about.help
+    text = about.help if described else f"{about.help.rstrip('.')} (default {default})."
+    return typer.Option(*short, flag, help=text)
+
+
+PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", help="Prompt text (default: read stdin when it is not a terminal).")]
+ModelOpt = Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).")]
+DraftOpt = Annotated[str | None, typer.Option("-d", "--draft", help="Draft GGUF of the same vocabulary, or 'none'.")]
+MaxTokensOpt = Annotated[int | None, _setting("max_tokens", "-n")]
+TempOpt = Annotated[float | None, _setting("temp")]
+TopKOpt = Annotated[int | None, _setting("top_k")]
+TopPOpt = Annotated[float | None, _setting("top_p")]
+MinPOpt = Annotated[float | None, _setting("min_p")]
+SeedOpt = Annotated[int | None, _setting("seed")]
+StopOpt = Annotated[list[str] | None, _setting("stop")]
+CtxOpt = Annotated[int | None, _setting("ctx")]
+ThreadsOpt = Annotated[int | None, _setting("threads")]
+DraftThreadsOpt = Annotated[int | None, _setting("draft_threads")]
+GpuLayersOpt = Annotated[int | None, _setting("gpu_layers")]
+DraftGpuLayersOpt = Annotated[int | None, _setting("draft_gpu_layers")]
+DraftMaxOpt = Annotated[int | None, _setting("draft_max")]
+DraftMinOpt = Annotated[int | None, _setting("draft_min")]
+DraftPMinOpt = Annotated[float | None, _setting("draft_p_min")]
+DraftModeOpt = Annotated[str | None, _setting("draft_mode")]
+DraftPolicyOpt = Annotated[str | None, _setting("draft_policy")]
+DraftBranchesOpt = Annotated[int | None, _setting("draft_branches")]
+DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
+LookupOpt = Annotated[bool | None, _setting("lookup")]
+LookupMinOpt = Annotated[int | None, _setting("lookup_min")]
+LookupMaxOpt = Annotated[int | None, _setting("lookup_max")]
+ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).")]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.")]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.")]
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """LocalspecError and Ctrl-C outside generation end the command with a one-line message."""
+    try:
+        yield
+    except LocalspecError as e:
+        raise fail(str(e), e.exit_code) from None
+    except KeyboardInterrupt:
+        raise fail("interrupted", EXIT_INTERRUPTED) from None
+
+
+@contextlib.contextmanager
+def sigint_sets(cancel: threading.Event) -> Iterator[None]:
+    """While generating, Ctrl-C asks the engine to stop (and aborts a running llama_decode)
+    instead of raising KeyboardInterrupt inside llama.cpp callbacks."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def request(
+    given: Mapping[str, Any], notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any
+) -> tuple[ModelFiles, Settings]:
+    """A command's parameters (its `locals()`, handed over once) as the files to load and the
+    settings: flags given over the command's own defaults (`defaults_`) over the alias's
+    recommended settings over the built-in defaults."""
+    from localspec.loader import resolve
+
+    files, recommended = resolve(given.get("model"), given.get("draft"), notify)
+    flags = {k: v for k, v in given.items() if k in FIELDS and v is not None}
+    settings = Settings().merged({**recommended, **defaults_, **flags})
+    if given.get("model") is None and files.draft is None:
+        lookup = settings.lookup is not False
+        notify(f"using the embedded {EMBEDDED_NAME} with {'n-gram prompt lookup' if lookup else 'no drafting'}")
+    return files, settings

@@ -1,0 +1,182 @@
+"""The one record of user settings: every field once, with its default, its validation, when it may
+change, and the name each front end knows it by.
+
+Precedence: a command-line flag (or chat's /set, or a request's field) over an alias's recommended
+setting from models.toml over the built-in default. Fields fixed at load size what is loaded
+(contexts, threads, GPU layers, the sequences a draft tree needs, which drafters exist); the others
+may change between generations (chat's /set, a server's per-request overrides)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from localspec import defaults
+from localspec.defaults import DRAFT_MODES, MAX_DRAFT
+from localspec.errors import LocalspecError
+
+LOAD = "load"
+GENERATION = "generation"
+DRAFT_POLICIES = ("sample", "greedy")
+
+
+@dataclass(frozen=True)
+class About:
+    """A field's names and nature: `flag` on the command line (its chat /set key is the flag without
+    dashes), `api` in a server request (None: not settable there), `phase` LOAD or GENERATION,
+    `alias` whether models.toml may recommend it, `check` its validation (a problem or None)."""
+
+    flag: str
+    help: str
+    phase: str = GENERATION
+    api: str | None = None
+    alias: bool = True
+    check: Callable[[Any, Settings], str | None] = lambda _v, _s: None
+
+    @property
+    def key(self) -> str:
+        return self.flag.removeprefix("--")
+
+
+def _about(**kw: Any) -> Any:
+    return {"about": About(**kw)}
+
+
+def _within(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any, Settings], str | None]:
+    def check(v: Any, _s: Settings) -> str | None:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "must be a finite number"
+        if (v <= lo if lo_open else v < lo) or (v >= hi if hi_open else v > hi):
+            if hi == math.inf:
+                return f"must be {'>' if lo_open else '>='} {lo:g}"
+            left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+            return f"must be in {left}{lo:g}, {hi:g}{right}"
+        return None
+
+    return check
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any, Settings], str | None]:
+    return lambda v, _s: None if v in choices else f"must be one of {', '.join(choices)}"
+
+
+def _optional(check: Callable[[Any, Settings], str | None]) -> Callable[[Any, Settings], str | None]:
+    return lambda v, s: None if v is None else check(v, s)
+
+
+@dataclass(frozen=True)
+class Settings:
+    # --- fixed at load ---
+    ctx: int = field(default=0, metadata=_about(flag="--ctx", phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
+    threads: int | None = field(default=None, metadata=_about(flag="--threads", phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
+    draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
+    gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=_optional(_within(0, math.inf))))
+    draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=_optional(_within(0, math.inf))))
+    draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
+    lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup (n-gram) drafting: on by default without a draft model; --lookup beside a draft model chains them."))
+    # --- per generation ---
+    max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
+    temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))
+    top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
+    top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
+    min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed: same command and machine, same output (in chat: the same conversation).", check=_optional(lambda v, _s: None if 0 <= v < 2**64 else "must be in [0, 2^64)")))
+    stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", api="stop", alias=False, help="Stop at this text (repeatable)."))
+    draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
+    draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
+    draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
+    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft only while it beats plain decoding (measured costs, what drafting yielded so far), token by token while the draft is sure enough to pay; fixed: always up to --draft-max.", check=_one_of(DRAFT_MODES)))
+    draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", check=_one_of(DRAFT_POLICIES)))
+    draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
+    lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up.", check=_within(1, 64)))
+    lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
+
+    @staticmethod
+    def about(name: str) -> About:
+        return FIELDS[name]
+
+    def validate(self) -> None:
+        """Raise SettingError for the first field whose value is out of bounds."""
+        for name, about in FIELDS.items():
+            problem = about.check(getattr(self, name), self)
+            if problem:
+                raise SettingError(name, problem)
+
+    def merged(self, values: Mapping[str, Any]) -> Settings:
+        """These settings with `values` (field name -> value) over them, validated."""
+        unknown = set(values) - set(FIELDS)
+        if unknown:
+            raise LocalspecError(f"unknown setting {sorted(unknown)[0]!r}")
+        out = replace(self, **{k: tuple(v) if k == "stop" else v for k, v in values.items()})
+        out.validate()
+        return out
+
+    def generation_config(self):  # -> GenerationConfig (imported here: the CLI's help must not load llama.cpp)
+        """What the engine reads per generation."""
+        from localspec.drafters.base import DraftSettings
+        from localspec.engine.speculative import GenerationConfig
+        from localspec.sampling import SamplingParams
+
+        return GenerationConfig(
+            max_tokens=self.max_tokens,
+            sampling=SamplingParams(temperature=self.temp, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p),
+            seed=self.seed,
+            stop=self.stop,
+            draft_max=self.draft_max,
+            draft_min=self.draft_min,
+            draft_mode=self.draft_mode,
+            drafting=DraftSettings(
+                p_min=self.draft_p_min,
+                policy=self.draft_policy,
+                p_split=self.draft_p_split,
+                lookup_min=self.lookup_min,
+                lookup_max=self.lookup_max,
+            ),
+        )
+
+
+FIELDS: dict[str, About] = {f.name: f.metadata["about"] for f in fields(Settings)}
+_TYPES = {f.name: str(f.type) for f in fields(Settings)}
+
+
+def value_types(name: str) -> tuple[type, ...]:
+    """The Python types a value of this field may have (as TOML or JSON give it)."""
+    kind = _TYPES[name]
+    if kind.startswith("bool"):
+        return (bool,)
+    if kind.startswith("int"):
+        return (int,)
+    if kind.startswith("float"):
+        return (int, float)
+    if kind.startswith("tuple"):
+        return (list, tuple)
+    return (str,)
+
+
+def parse(name: str, text: str) -> Any:
+    """A value typed as text (chat's /set), for field `name`."""
+    kind = value_types(name)[-1]
+    if kind is bool:
+        if text.lower() not in ("true", "false", "on", "off", "1", "0"):
+            raise ValueError(text)
+        return text.lower() in ("true", "on", "1")
+    if kind is tuple:
+        return (text,) if text else ()
+    return kind(text)
+# What models.toml may recommend for an alias (and the types its values must have).
+ALIAS_KEYS = [name for name, about in FIELDS.items() if about.alias]
+PER_GENERATION = [name for name, about in FIELDS.items() if about.phase == GENERATION]
+
+
+class SettingError(LocalspecError):
+    """A setting out of bounds. Each front end words it with its own name for the field (and for
+    the fields the problem refers to, written {field_name} in it)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        self.name, self.problem = name, problem
+        super().__init__(self.worded(lambda n: FIELDS[n].flag))
+
+    def worded(self, naming: Callable[[str], str]) -> str:
+        return f"{naming(self.name)} {self.problem.format(**{n: naming(n) for n in FIELDS})}"

@@ -1,0 +1,78 @@
+"""`localspec bench` in-process on the tiny models: modes, the JSON schema, the greedy check's exit code."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import TinyModels
+from typer.testing import CliRunner
+
+import localspec.bench
+from localspec.cli.app import app
+
+SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_accepted_length", "n_prompts"}
+SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps"}
+
+
+@pytest.fixture()
+def prompts(tmp_path):
+    path = tmp_path / "prompts.jsonl"
+    rows = [
+        {"question_id": "a1", "category": "alpha", "turns": ["the cat sat on the mat"]},
+        {"question_id": "a2", "category": "alpha", "turns": ["a big red dog"]},
+        {"question_id": "b1", "category": "beta", "turns": ["moon and sun"]},
+    ]
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    return path
+
+
+def bench(*args: str):
+    return CliRunner().invoke(app, ["bench", *args], catch_exceptions=False)
+
+
+def test_modes_and_json_schema(tiny: TinyModels, prompts):
+    modes = "draft,auto,ngram,chain"
+    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out) == {"summary", "ties", "mismatches", "samples"}
+    assert out["mismatches"] == []
+    assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}
+    assert len(out["samples"]) == 3 * 5 * 2  # prompts x modes (baseline added) x repeats
+    for sample in out["samples"]:
+        assert set(sample) == SAMPLE_KEYS and sample["n_generated"] == 12
+    assert {(s["mode"], s["category"]) for s in out["summary"]} == {
+        (m, c) for m in ("baseline", *modes.split(",")) for c in ("alpha", "beta", "all")
+    }
+    for row in out["summary"]:
+        assert set(row) == SUMMARY_KEYS
+        if row["mode"] == "baseline":
+            assert row["speedup"] == pytest.approx(1.0) and row["acceptance_rate"] == 0.0
+    draft = next(r for r in out["summary"] if r["mode"] == "draft" and r["category"] == "all")
+    assert draft["n_prompts"] == 3 and 0 < draft["acceptance_rate"] <= 1 and draft["mean_accepted_length"] > 1
+
+
+def test_modes_that_need_a_draft_are_refused_without_one(tiny: TinyModels, prompts):
+    res = bench("-m", str(tiny.target), "--prompts", str(prompts), "--modes", "auto", "-n", "4")
+    assert res.exit_code == 1 and "needs a draft model" in res.output
+    res = bench("-m", str(tiny.target), "--prompts", str(prompts), "--modes", "warp", "-n", "4")
+    assert res.exit_code == 1 and "unknown mode 'warp'" in res.output
+    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "tree", "-n", "4")
+    assert res.exit_code == 1 and "--draft-branches N with N >= 2" in res.output
+
+
+def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prompts, monkeypatch):
+    real = localspec.bench.run_bench
+
+    def tampered(*args, **kwargs):
+        for sample in real(*args, **kwargs):
+            if sample.mode == "draft":
+                sample.tokens = [*sample.tokens[:3], (sample.tokens[3] + 1) % 300, *sample.tokens[4:]]
+            yield sample
+
+    monkeypatch.setattr(localspec.bench, "run_bench", tampered)
+    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "draft", "-n", "8", "--json")
+    assert res.exit_code == 1
+    mismatches = json.loads(res.stdout)["mismatches"]
+    assert {m["prompt_id"] for m in mismatches} == {"a1", "a2", "b1"} and all(m["index"] == 3 for m in mismatches)
