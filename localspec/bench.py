@@ -19,6 +19,7 @@ from localspec.errors import LocalspecError
 from localspec.loader import make_drafter
 from localspec.prompt import prompt_tokens
 from localspec.settings import Settings
+from localspec.text_input import read_file
 
 BASELINE = "baseline"
 # name -> (drafter kind for loader.make_drafter, draft mode, what it is)
@@ -46,10 +47,7 @@ def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int =
         text = resources.files("localspec").joinpath("bench_prompts.jsonl").read_text(encoding="utf-8")
         source = "the built-in prompt set"
     else:
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise LocalspecError(f"cannot read prompts {path}: {e.strerror}") from None
+        text = read_file(path, "prompts")
         source = str(path)
     prompts: list[BenchPrompt] = []
     per_category: dict[str, int] = {}

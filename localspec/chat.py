@@ -62,7 +62,7 @@ class ChatSession:
     rng: np.random.Generator = field(init=False)
 
     def __post_init__(self) -> None:
-        self.rng = np.random.default_rng(self.settings.seed)
+        self.rng = np.random.default_rng(self.settings.rng_seed)
 
     def conversation(self) -> list[Message]:
         return ([{"role": "system", "content": self.system}] if self.system else []) + self.messages
@@ -115,7 +115,7 @@ class ChatSession:
         except SettingError as e:
             raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         if name == "seed":
-            self.rng = np.random.default_rng(parsed)
+            self.rng = np.random.default_rng(self.settings.rng_seed)
         return f"{key} = {parsed}"
 
     def reset(self) -> None:

@@ -20,6 +20,7 @@ from localspec.errors import LocalspecError
 LOAD = "load"
 GENERATION = "generation"
 DRAFT_POLICIES = ("sample", "greedy")
+RANDOM_SEED = -1  # as in llama.cpp
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Settings:
     top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
     top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
     min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
-    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed: same command and machine, same output (in chat: the same conversation).", check=_optional(lambda v, _s: None if 0 <= v < 2**64 else "must be in [0, 2^64)")))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed: same command and machine, same output (in chat: the same conversation); -1: a random one.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
     stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", api="stop", alias=False, help="Stop at this text (repeatable)."))
     draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
     draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
@@ -92,6 +93,11 @@ class Settings:
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
     lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up.", check=_within(1, 64)))
     lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
+
+    @property
+    def rng_seed(self) -> int | None:
+        """The seed a random generator starts from (None: fresh entropy)."""
+        return None if self.seed == RANDOM_SEED else self.seed
 
     @staticmethod
     def about(name: str) -> About:
@@ -122,7 +128,7 @@ class Settings:
         return GenerationConfig(
             max_tokens=self.max_tokens,
             sampling=SamplingParams(temperature=self.temp, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p),
-            seed=self.seed,
+            seed=self.rng_seed,
             stop=self.stop,
             draft_max=self.draft_max,
             draft_min=self.draft_min,

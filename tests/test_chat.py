@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -24,7 +25,7 @@ def spawn(*args: str, tmp: Path) -> pexpect.spawn:
         "XDG_CACHE_HOME": str(tmp / "cache"),
         "HOME": str(tmp),
     }
-    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", *args], env=env, encoding="utf-8", timeout=120, dimensions=(40, 120))
+    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", *args], env=env, encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(40, 120))
     child.expect_exact(PROMPT)
     return child
 
@@ -119,5 +120,24 @@ def test_bad_commands_do_not_end_the_chat(tiny: TinyModels, tmp_path: Path, comm
     child.sendline(command)
     child.expect(r"unknown|error")
     child.expect_exact(PROMPT)
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+
+
+def test_a_message_that_is_not_utf8_and_seed_minus_one_keep_the_session(tiny: TinyModels, tmp_path: Path):
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "4", tmp=tmp_path)
+    os.write(child.child_fd, b"the cat \xff\xfe sat\n")  # bytes no UTF-8 decoder accepts
+    child.expect(SUMMARY)
+    child.expect_exact(PROMPT)
+    child.sendline("/set seed -1")
+    child.expect_exact("seed = -1")
+    child.expect_exact(PROMPT)
+    turn(child, "a dog")
+    out = tmp_path / "kept.json"
+    child.sendline(f"/save {out}")
+    child.expect_exact(PROMPT)
+    messages = json.loads(out.read_text())["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * 2
+    assert messages[0]["content"] == "the cat \ufffd\ufffd sat"
     child.sendline("/exit")
     child.expect(pexpect.EOF)

@@ -42,11 +42,14 @@ def test_replies_draw_on_from_one_stream_and_a_seed_repeats_the_conversation(loa
     assert answers(session, ["the cat", "the cat"], reset=True) == [first, again]
 
 
-def test_set_seed_rejects_what_no_generator_takes(loaded):
-    session = ChatSession(loaded, Settings(seed=1))
-    with pytest.raises(LocalspecError, match=r"^seed must be in \[0, 2\^64\)"):
-        session.set_option("seed", "-1")
+def test_set_seed_minus_one_draws_a_random_seed_and_rejects_what_no_generator_takes(loaded):
+    session = ChatSession(loaded, Settings(seed=1, temp=1.5, top_k=0, max_tokens=8, draft_mode="fixed"))
+    with pytest.raises(LocalspecError, match=r"^seed must be -1 \(random\) or in \[0, 2\^64\)"):
+        session.set_option("seed", "-7")
     assert session.settings.seed == 1
+    assert session.set_option("seed", "-1") == "seed = -1"
+    replies = {tuple(drain(session.reply("the cat", print)).tokens) for _ in range(3)}
+    assert len(replies) > 1
 
 
 def test_ctrl_c_stops_a_prompt_pass_midway(loaded):

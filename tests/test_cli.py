@@ -98,7 +98,8 @@ def test_embedded_default_model_runs():
     assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "ngram"
 
 
-def test_ctrl_c_stops_cleanly_with_stats(smollm2_q4: Path):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_ctrl_c_sigterm_and_sighup_stop_cleanly_with_stats(smollm2_q4: Path, sig: int, code: int):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [*CLI, "run", "-m", str(smollm2_q4), "-p", "Count from 1 to 1000, one number per line.", "-n", "4000", "--temp", "0"],
@@ -108,9 +109,9 @@ def test_ctrl_c_stops_cleanly_with_stats(smollm2_q4: Path):
     first = proc.stdout.read(8)  # wait until tokens stream
     assert first
     time.sleep(0.3)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == code
     assert "Traceback" not in err.decode()
     assert "stop: interrupted" in err.decode()
 
@@ -199,3 +200,33 @@ def test_vocabularies_of_different_sizes_work_in_every_mode(tiny: TinyModels, la
     if larger == "target":
         # The padded target says ids the draft lacks: the test covers drafting after them.
         assert any(t >= 315 for t in alone["tokens"]), alone["tokens"]
+
+
+def test_text_that_is_not_utf8_is_read_with_replacements_everywhere(tiny: TinyModels, tmp_path: Path):
+    bad = b"the cat \xff\xfe sat"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    base = [*CLI, "run", "-m", str(tiny.target), "-n", "5", "--temp", "0", "--json"]
+    by_arg = subprocess.run([*base, "-p", os.fsdecode(bad)], capture_output=True, env=env, timeout=120)
+    by_stdin = subprocess.run(base, input=bad, capture_output=True, env=env, timeout=120)
+    for res, source in ((by_arg, "the prompt (-p)"), (by_stdin, "stdin")):
+        err = res.stderr.decode()
+        assert res.returncode == 0 and "Traceback" not in err, err
+        assert f"note: {source} is not valid UTF-8" in err
+        assert len(json.loads(res.stdout)["tokens"]) == 5
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b'{"question_id": 1, "category": "x", "turns": ["the cat \xff sat"]}\n')
+    res = localspec("bench", "-m", str(tiny.target), "--prompts", str(prompts), "-n", "4", "--json")
+    assert res.returncode == 0 and f"prompts {prompts} is not valid UTF-8" in res.stderr, res.stderr
+    registry = tmp_path / "registry.toml"
+    registry.write_bytes(b'["caf\xe9"]\ntarget = { repo = "a/b", quant = "Q4_0" }\n')
+    res = subprocess.run([*CLI, "models", "--json"], capture_output=True, text=True, timeout=120, env={**env, "LOCALSPEC_REGISTRY": str(registry)})
+    assert res.returncode == 0 and "is not valid UTF-8" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_tiny_context_under_auto_is_no_traceback(tiny: TinyModels, tmp_path: Path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    res = subprocess.run([*CLI, "run", "-m", str(tiny.target), "-d", str(tiny.close), "--ctx", "8", "-p", "moon", "-n", "4"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert "Traceback" not in res.stderr
+    assert res.returncode == 0 or res.stderr.startswith("error: "), res.stderr

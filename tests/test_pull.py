@@ -221,3 +221,29 @@ def test_alias_without_draft_on_disk_falls_back_to_ngram(hub):
     assert run.returncode == 0, run.stderr
     assert "n-gram" in run.stderr
     assert json.loads(run.stdout)["stats"]["drafter"] == "ngram"
+
+
+def test_an_alias_name_that_would_leave_the_data_folder_is_refused(hub):
+    _, _, home = hub
+    escaped = '\n["../../../escaped"]\ntarget = { repo = "test/target-GGUF", quant = "Q4_K_M" }\n'
+    (home / "registry.toml").write_text(REGISTRY + escaped)
+    error = one_line_error(cli(hub, "pull", "../../../escaped"))
+    assert "alias name is letters, digits" in error
+    assert one_line_error(cli(hub, "rm", "../../../escaped"))
+    assert not list(home.rglob("escaped*"))
+    assert models_json(hub)["pair"]["pulled"] is False  # the other aliases still work
+
+
+def test_a_damaged_record_is_listed_repaired_by_pull_and_spares_other_aliases(hub):
+    _, _, home = hub
+    assert cli(hub, "pull", "pair").returncode == 0 and cli(hub, "pull", "pair2").returncode == 0
+    record = next((home / "data").rglob("pair.json"))
+    record.write_text(record.read_text()[:20])
+    rows = models_json(hub)
+    assert rows["pair"]["damaged"] and not rows["pair"]["pulled"] and rows["pair2"]["pulled"]
+    assert "damaged" in one_line_error(cli(hub, "run", "-m", "pair", "-p", "x", "-n", "2"))
+    assert cli(hub, "rm", "pair2").returncode == 0  # another alias's damaged record is no obstacle
+    res = cli(hub, "pull", "pair")
+    assert res.returncode == 0, res.stderr
+    assert models_json(hub)["pair"]["pulled"]
+    assert cli(hub, "run", "-m", "pair", "-p", "the cat", "-n", "4", "--temp", "0").returncode == 0

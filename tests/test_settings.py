@@ -24,7 +24,7 @@ def test_defaults_are_valid_and_build_the_engine_config():
         ({"draft_max": 4, "draft_min": 5}, "--draft-min must be in [0, --draft-max]", "draft-min must be in [0, draft-max]", "speculative.n_min must be in [0, speculative.n_max]"),
         ({"temp": float("nan")}, "--temp must be a finite number", "temp must be a finite number", "temperature must be a finite number"),
         ({"draft_mode": "fast"}, "--draft-mode must be one of auto, fixed", "draft-mode must be one of auto, fixed", "speculative.mode must be one of auto, fixed"),
-        ({"seed": -1}, "--seed must be in [0, 2^64)", "seed must be in [0, 2^64)", "seed must be in [0, 2^64)"),
+        ({"seed": -2}, "--seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)"),
     ],
 )
 def test_an_error_names_the_field_in_each_front_ends_words(values, flag, key, api):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,9 +16,10 @@ from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
-    request, sigint_sets, user_errors,
+    request, signals_stop, user_errors,
 )
 from localspec.errors import LocalspecError
+from localspec.text_input import from_arg
 from localspec.settings import FIELDS, PER_GENERATION
 
 HELP = f"""commands:
@@ -37,7 +39,7 @@ MULTILINE = '"""'
 def _read_message(prompt: str) -> str | None:
     """One message from the user; None at end of input. Ctrl-C at an empty prompt ends too."""
     try:
-        first = input(prompt)
+        first = from_arg(input(prompt), "the message")
     except EOFError:
         return None
     except KeyboardInterrupt:
@@ -58,7 +60,7 @@ def _read_message(prompt: str) -> str | None:
         return lines[0].rstrip()[: -len(MULTILINE)]
     while True:
         try:
-            line = input("... ")
+            line = from_arg(input("... "), "the message")
         except (EOFError, KeyboardInterrupt):
             return "\n".join(lines).strip("\n")
         if line.rstrip().endswith(MULTILINE):
@@ -132,12 +134,16 @@ def chat(
     from localspec.loader import load
     from localspec.prompt import template_notice
 
+    # Bytes that are not UTF-8 reach _read_message as surrogates, which from_arg replaces; without
+    # this, input() would raise and end the session.
+    sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     console = Console()
     err = Console(stderr=True)
     notify = lambda m: err.print(Text(m, style="yellow"))  # noqa: E731
     with user_errors():
         files, settings = request(given, seed=secrets.randbits(32))
         loaded = load(files, settings, verbose=verbose)
+    system = from_arg(system, "--system") if system else None
     session = ChatSession(loaded, settings, system, model_name=model or defaults.EMBEDDED_NAME)
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
@@ -157,13 +163,15 @@ def chat(
                     break
                 continue
             try:
-                with sigint_sets(loaded.cancel):
+                with signals_stop(loaded.cancel) as stopped:
                     events = session.reply(text, notify)
                     done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
             except LocalspecError as e:
                 err.print(Text(f"error: {e}", style="red"))
                 continue
             err.print(Text(summary_line(done.stats, done.stop_reason), style="dim"), soft_wrap=True)
+            if stopped.signal not in (None, signal.SIGINT):
+                raise typer.Exit(stopped.exit_code)  # SIGTERM or SIGHUP: the session ends, history saved
     finally:
         save_history()
         loaded.close()

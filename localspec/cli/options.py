@@ -6,13 +6,14 @@ import contextlib
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from localspec.defaults import EMBEDDED_NAME
 from localspec.errors import LocalspecError
-from localspec.settings import FIELDS, Settings
+from localspec.settings import FIELDS, RANDOM_SEED, Settings
 
 if TYPE_CHECKING:
     from localspec.loader import ModelFiles
@@ -76,18 +77,38 @@ def user_errors() -> Iterator[None]:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass
+class Stopped:
+    signal: int | None = None  # the signal that stopped generation, if one did
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + (self.signal or signal.SIGINT)  # 130, 143, 129: the shell's convention
+
+
 @contextlib.contextmanager
-def sigint_sets(cancel: threading.Event) -> Iterator[None]:
-    """While generating, Ctrl-C asks the engine to stop (and aborts a running llama_decode)
-    instead of raising KeyboardInterrupt inside llama.cpp callbacks."""
+def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
+    """While generating, Ctrl-C, SIGTERM and SIGHUP ask the engine to stop (and abort a running
+    llama_decode), so the display closes, the terminal is restored and the summary is printed,
+    instead of an exception raised inside llama.cpp callbacks or the process dying mid-line."""
+    stopped = Stopped()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stopped
         return
-    previous = signal.signal(signal.SIGINT, lambda _sig, _frame: cancel.set())
+
+    def stop(sig: int, _frame: object) -> None:
+        stopped.signal = sig
+        cancel.set()
+
+    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
-        yield
+        yield stopped
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def request(
@@ -99,7 +120,8 @@ def request(
     from localspec.loader import resolve
 
     files, recommended = resolve(given.get("model"), given.get("draft"), notify)
-    flags = {k: v for k, v in given.items() if k in FIELDS and v is not None}
+    # --seed -1 asks for a random seed: the command's own (drawn and reported) serves.
+    flags = {k: v for k, v in given.items() if k in FIELDS and v is not None and (k, v) != ("seed", RANDOM_SEED)}
     settings = Settings().merged({**recommended, **defaults_, **flags})
     if given.get("model") is None and files.draft is None:
         lookup = settings.lookup is not False

@@ -44,19 +44,23 @@ def models(
     from rich.console import Console
     from rich.table import Table
 
-    from localspec.models.pulled import read_manifest
+    from localspec.models.pulled import DamagedRecord, read_manifest
     from localspec.models.registry import load_registry
 
     with user_errors():
         registry = load_registry()
         rows = []
         for name, entry in registry.aliases.items():
-            manifest = read_manifest(name)
+            try:
+                manifest, damaged = read_manifest(name), False
+            except DamagedRecord:
+                manifest, damaged = None, True
             pulled = bool(manifest and manifest.local_path("target"))
             rows.append({
                 "alias": name,
                 "description": entry.description,
                 "pulled": pulled,
+                "damaged": damaged,
                 "target_files": [f.local for f in manifest.files.get("target", [])] if manifest else [],
                 "draft_files": [f.local for f in manifest.files.get("draft", [])] if manifest else [],
                 "size_bytes": manifest.size_bytes() if manifest else 0,
@@ -69,7 +73,8 @@ def models(
         table.add_column(col)
     for row in rows:
         size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["pulled"] else "-"
-        table.add_row(row["alias"], row["description"], "yes" if row["pulled"] else "no", size)
+        state = "damaged record: pull again" if row["damaged"] else "yes" if row["pulled"] else "no"
+        table.add_row(row["alias"], row["description"], state, size)
     console = Console()
     console.print(table)
     for name, error in registry.errors.items():

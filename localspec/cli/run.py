@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    EXIT_INTERRUPTED, CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    VerboseOpt, fail, request, sigint_sets, user_errors,
+    VerboseOpt, fail, request, signals_stop, user_errors,
 )
 
 
@@ -57,9 +57,12 @@ def run(
     from localspec.cli.views.tui import LiveRenderer
     from localspec.loader import load
     from localspec.prompt import prompt_tokens, template_notice
+    from localspec.text_input import from_arg, read_stdin
 
     if prompt is None and not sys.stdin.isatty():
-        prompt = sys.stdin.read()
+        prompt = read_stdin()
+    elif prompt is not None:
+        prompt = from_arg(prompt, "the prompt (-p)")
     if not prompt:
         raise fail("no prompt: pass -p TEXT or pipe text on stdin")
     cancel = threading.Event()
@@ -70,7 +73,7 @@ def run(
         try:
             notice = None if raw else template_notice(loaded.target)
             tokens = prompt_tokens(loaded.target, prompt, raw)
-            with sigint_sets(cancel):
+            with signals_stop(cancel) as stopped:
                 events = loaded.engine.generate(tokens, config, cancel)
                 if json_out:
                     done = collect(events)
@@ -88,4 +91,4 @@ def run(
             typer.echo(f"note: {notice}", err=True)
         typer.echo(summary_line(done.stats, done.stop_reason), err=True)
     if done.stop_reason == "interrupted":
-        raise typer.Exit(EXIT_INTERRUPTED)
+        raise typer.Exit(stopped.exit_code)

@@ -219,7 +219,8 @@ class CostCache:
 
 def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
     cache = cache or CostCache()
-    near, far, far_context = cache.measure(target, draft_max + 1, far=True)
+    # A pass must fit one batch, and at the far context the context too (a tiny --ctx caps both).
+    near, far, far_context = cache.measure(target, min(draft_max + 1, target.n_batch, target.n_ctx // 2), far=True)
     costs = DecodeCosts(near, far, far_context, {"ngram": 0.0}, {"ngram": 0.0})
     if draft is not None:
         first, rest, lagging, first_far, rest_far, lagging_far = cache.draft_costs(target, draft, min(draft_max + 1, 8), far_context)

@@ -14,7 +14,7 @@ import platformdirs
 
 from localspec.models import hub
 from localspec.errors import LocalspecError
-from localspec.models.registry import APP_NAME, Alias, FileSpec
+from localspec.models.registry import ALIAS_NAME, APP_NAME, Alias, FileSpec, check_alias_name
 
 ROLES = ("target", "draft")
 
@@ -48,15 +48,32 @@ def manifests_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME)) / "pulled"
 
 
+class DamagedRecord(LocalspecError):
+    """A pulled record that cannot be read back; `pull` of its alias rewrites it."""
+
+
+def record_path(alias: str) -> Path:
+    """Where an alias's record lives; never outside the records' folder, whatever the name."""
+    try:
+        check_alias_name(alias)
+    except ValueError as e:
+        raise LocalspecError(f"{alias!r}: {e}") from None
+    folder = manifests_dir()
+    path = folder / f"{alias}.json"
+    if path.resolve().parent != folder.resolve():
+        raise LocalspecError(f"{alias!r} would name a file outside {folder}")
+    return path
+
+
 def read_manifest(alias: str) -> Manifest | None:
-    path = manifests_dir() / f"{alias}.json"
+    path = record_path(alias)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         return Manifest(data["alias"], {role: [PulledFile(**f) for f in files] for role, files in data["files"].items()})
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError):
-        raise LocalspecError(f"the record of pulled alias {alias!r} is damaged ({path}): pull it again") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise DamagedRecord(f"the record of pulled alias {alias!r} is damaged ({path}): pull it again") from None
 
 
 def write_manifest(manifest: Manifest) -> None:
@@ -67,14 +84,24 @@ def write_manifest(manifest: Manifest) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(data, f, indent=1)
-    os.replace(tmp, folder / f"{manifest.alias}.json")
+    os.replace(tmp, record_path(manifest.alias))
+
+
+def read_manifest_or_none(alias: str) -> Manifest | None:
+    """The record, or None when it is missing or damaged (a damaged one is as good as none)."""
+    try:
+        return read_manifest(alias)
+    except DamagedRecord:
+        return None
 
 
 def all_manifests() -> list[Manifest]:
+    """Every readable record (damaged ones are left out: they are repaired by pulling again)."""
     folder = manifests_dir()
     if not folder.is_dir():
         return []
-    return [m for p in sorted(folder.glob("*.json")) if (m := read_manifest(p.stem)) is not None]
+    found = (read_manifest_or_none(p.stem) for p in sorted(folder.glob("*.json")) if ALIAS_NAME.fullmatch(p.stem))
+    return [m for m in found if m is not None]
 
 
 def total_memory_bytes() -> int | None:
@@ -99,7 +126,7 @@ def plan_pull(alias: Alias, offline: bool, cache_dir: Path | None = None) -> Pul
     files: dict[str, list[hub.RemoteFile]] = {}
     for role, spec in specs.items():
         if offline:
-            known = read_manifest(alias.name)
+            known = read_manifest_or_none(alias.name)
             if known and known.files.get(role):
                 files[role] = [hub.RemoteFile(f.path, f.size, f.sha256) for f in known.files[role]]
                 continue
@@ -143,7 +170,7 @@ def fetch(
     alias: Alias, plan: PullPlan, progress: hub.DownloadProgress, local_dir: Path | None = None, cache_dir: Path | None = None
 ) -> Manifest:
     """Download every planned file, verify sizes and sha256, and record the manifest."""
-    previous = read_manifest(alias.name)
+    previous = read_manifest_or_none(alias.name)  # a damaged record is rewritten below
     verified = {(f.repo, f.path, f.local, f.size, f.sha256) for fs in (previous.files.values() if previous else []) for f in fs}
     manifest = Manifest(alias.name)
     for role, files in plan.files.items():
@@ -178,8 +205,13 @@ def _verify(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) 
 
 
 def remove_alias(name: str) -> tuple[int, list[str]]:
-    """Delete an alias's files except those another pulled alias uses; return (bytes freed, kept)."""
-    manifest = read_manifest(name)
+    """Delete an alias's files except those another pulled alias uses; return (bytes freed, kept).
+    A damaged record names no files it could safely delete: only the record goes."""
+    try:
+        manifest = read_manifest(name)
+    except DamagedRecord:
+        record_path(name).unlink()
+        return 0, []
     if manifest is None:
         raise LocalspecError(f"{name!r} is not pulled")
     others = [f for m in all_manifests() if m.alias != name for fs in m.files.values() for f in fs]
@@ -198,5 +230,5 @@ def remove_alias(name: str) -> tuple[int, list[str]]:
             if real.exists():
                 freed += real.stat().st_size
             hub.remove_downloaded(path)
-    (manifests_dir() / f"{name}.json").unlink(missing_ok=True)
+    record_path(name).unlink(missing_ok=True)
     return freed, kept

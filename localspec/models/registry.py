@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -17,8 +18,11 @@ import platformdirs
 
 from localspec.errors import LocalspecError
 from localspec.settings import ALIAS_KEYS, SettingError, Settings, value_types
+from localspec.text_input import read_file
 
 APP_NAME = "localspec"
+# Alias names become file names (pulled records): no path separators, no "..", nothing hidden.
+ALIAS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 REGISTRY_ENV = "LOCALSPEC_REGISTRY"
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 
@@ -69,10 +73,7 @@ def load_registry() -> Registry:
         sources.append(Path(os.environ[REGISTRY_ENV]).expanduser())
     for path in sources:
         if path.is_file():
-            try:
-                text = path.read_text(encoding="utf-8")
-            except OSError as e:
-                raise LocalspecError(f"cannot read registry {path}: {e.strerror}") from None
+            text = read_file(path, "registry")
             _merge(registry, text, str(path))
         elif path != sources[0]:
             raise LocalspecError(f"{REGISTRY_ENV} names a file that does not exist: {path}")
@@ -88,9 +89,15 @@ def _merge(registry: Registry, text: str, source: str) -> None:
         registry.aliases.pop(name, None)
         registry.errors.pop(name, None)
         try:
+            check_alias_name(name)
             registry.aliases[name] = parse_alias(name, entry)
         except ValueError as e:
             registry.errors[name] = f"{source}: alias {name!r}: {e}"
+
+
+def check_alias_name(name: str) -> None:
+    if not ALIAS_NAME.fullmatch(name) or ".." in name:
+        raise ValueError("an alias name is letters, digits, '.', '_', '-' and ':' (no path separators, no '..')")
 
 
 def _file_spec(value: Any, key: str) -> FileSpec:
