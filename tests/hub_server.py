@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
@@ -21,6 +22,7 @@ class FakeHub:
     gated: set[str] = field(default_factory=set)
     corrupt: set[tuple[str, str]] = field(default_factory=set)  # served bytes differ from the advertised sha256
     cuts: dict[tuple[str, str], int] = field(default_factory=dict)  # GETs that drop the connection midway
+    slow: dict[tuple[str, str], float] = field(default_factory=dict)  # seconds per MiB served
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
 
     def commit(self, repo: str) -> str:
@@ -124,4 +126,9 @@ class FakeHub:
             h.close_connection = True
             h.connection.shutdown(2)
             return
-        h.wfile.write(body)
+        pause = self.slow.get((repo, name), 0.0) / 16
+        step = 1 << 16 if pause else len(body) or 1
+        for i in range(0, len(body), step):
+            h.wfile.write(body[i : i + step])
+            h.wfile.flush()
+            time.sleep(pause)

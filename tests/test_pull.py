@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -247,3 +248,34 @@ def test_a_damaged_record_is_listed_repaired_by_pull_and_spares_other_aliases(hu
     assert res.returncode == 0, res.stderr
     assert models_json(hub)["pair"]["pulled"]
     assert cli(hub, "run", "-m", "pair", "-p", "the cat", "-n", "4", "--temp", "0").returncode == 0
+
+
+def test_a_pull_killed_midway_resumes_in_the_next_process(hub):
+    fake, url, home = hub
+    data = os.urandom(8 * 2**20)
+    fake.repos["test/big-GGUF"] = {"big-Q4_0.gguf": data}
+    fake.slow = {("test/big-GGUF", "big-Q4_0.gguf"): 1.0}  # 8 s for the whole file
+    res = cli(hub, "models", "--json")  # the environment the pulls run in
+    assert res.returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=url, HF_HOME=str(home / "hf"), XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"),
+               LOCALSPEC_REGISTRY=str(home / "registry.toml"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1")
+    proc = subprocess.Popen([sys.executable, "-m", "localspec", "pull", "big"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    blobs = home / "hf" / "hub" / "models--test--big-GGUF" / "blobs"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        partial = list(blobs.glob("*.localspec-partial")) if blobs.is_dir() else []
+        if partial and partial[0].stat().st_size >= len(data) // 2:
+            break
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no cleanup of any kind
+    proc.wait()
+    kept = partial[0].stat().st_size
+    assert len(data) // 2 <= kept < len(data)
+    fake.slow = {}
+    res = cli(hub, "pull", "big")
+    assert res.returncode == 0, res.stderr
+    starts = [int(r.split("=")[1].split("-")[0]) for m, p, r in fake.requests if m == "GET" and p.endswith("big-Q4_0.gguf") and r]
+    assert starts and starts[-1] >= kept  # the second process asked only for the rest
+    assert Path(models_json(hub)["big"]["target_files"][0]).read_bytes() == data
+    assert not list(blobs.glob("*.localspec-partial")) and not list(blobs.glob("*.incomplete"))
