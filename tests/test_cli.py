@@ -155,6 +155,20 @@ def test_truncated_gguf_is_refused_and_left_alone(tiny: TinyModels, tmp_path: Pa
     assert_one_line_error(localspec("run", "-m", str(header_only), "-p", "x"), "corrupt or truncated")
 
 
+def test_a_header_claiming_missing_layers_and_a_later_split_part_are_refused(tiny: TinyModels, tmp_path: Path):
+    import shutil
+
+    import tiny_models
+
+    lying = tiny_models.write_tiny_llama(tmp_path / "lying.gguf", tiny_models.TinySpec(seed=1, claimed_layers=1000))
+    res = localspec("run", "-m", str(lying), "-p", "x", "-n", "2")
+    assert_one_line_error(res, "its header says 1000 layers, its tensors hold 2")
+    assert "GGML_ASSERT" not in res.stdout + res.stderr
+    second = tmp_path / "m-00002-of-00003.gguf"
+    shutil.copy(tiny.target, second)
+    assert_one_line_error(localspec("run", "-m", str(second), "-p", "x"), "is part 2 of a split model: pass the first part")
+
+
 def test_missing_draft_file(tiny: TinyModels, tmp_path: Path):
     assert_one_line_error(localspec("run", "-m", str(tiny.target), "-d", str(tmp_path / "d.gguf"), "-p", "x"), "draft file not found")
 

@@ -49,6 +49,7 @@ class TinySpec:
     # Extra tokens after the shared vocabulary, with rows of their own (so, unlike real padding,
     # likely enough to be sampled) and the shared rows unchanged.
     pad: int = 0
+    claimed_layers: int | None = None  # a header that says more (or fewer) layers than the tensors hold
 
 
 def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
@@ -98,7 +99,7 @@ def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
         _pad_rows(weights, spec)
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name(f"tiny-{spec.seed}")
-    w.add_block_count(spec.n_layer)
+    w.add_block_count(spec.claimed_layers or spec.n_layer)
     w.add_context_length(spec.n_ctx)
     w.add_embedding_length(spec.n_embd)
     w.add_feed_forward_length(spec.n_ff)

@@ -18,8 +18,12 @@ def check_gguf(path: Path, role: str = "model") -> None:
         raise LocalspecError(f"{role} file not found: {path}")
     if not path.is_file():
         raise LocalspecError(f"{role} path is not a file: {path}")
-    for part in split_parts(path):
-        _check_one(part, role)
+    m = SPLIT_RE.match(path.name)
+    if m and int(m["idx"]) > 1:
+        first = path.with_name(f"{m['stem']}-00001-of-{m['total']}.gguf")
+        raise LocalspecError(f"{path.name} is part {int(m['idx'])} of a split {role}: pass the first part, {first}")
+    readers = [_check_one(part, role) for part in split_parts(path)]
+    _check_blocks(readers, path, role)
 
 
 def split_parts(path: Path) -> list[Path]:
@@ -30,7 +34,7 @@ def split_parts(path: Path) -> list[Path]:
     return [path.with_name(f"{m['stem']}-{i:05d}-of-{total:05d}.gguf") for i in range(1, total + 1)]
 
 
-def _check_one(path: Path, role: str) -> None:
+def _check_one(path: Path, role: str):  # -> gguf.GGUFReader
     import gguf
 
     if not path.exists():
@@ -52,3 +56,21 @@ def _check_one(path: Path, role: str) -> None:
             raise LocalspecError(f"{role} file is truncated: {path} (tensor {t.name} ends past the end of file)")
     if not reader.tensors and "general.architecture" not in reader.fields:
         raise LocalspecError(f"{role} file holds no model: {path}")
+    return reader
+
+
+BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
+
+
+def _check_blocks(readers: list, path: Path, role: str) -> None:
+    """llama.cpp asserts (and aborts) when the header claims layers whose tensors are missing."""
+    arch = readers[0].fields.get("general.architecture")
+    if arch is None:
+        return
+    claimed = readers[0].fields.get(f"{arch.contents()}.block_count")
+    if claimed is None:
+        return
+    present = {int(m[1]) for r in readers for t in r.tensors if (m := BLOCK_RE.match(t.name))}
+    n = int(claimed.contents())
+    if present and not set(range(n)) <= present:
+        raise LocalspecError(f"{role} file is inconsistent: {path} (its header says {n} layers, its tensors hold {len(present)})")
