@@ -6,6 +6,8 @@ with the model's chat template and evaluates only what differs from what the cac
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,8 @@ class ChatSession:
     # correlated, and the same question after /reset would get the same answer. /set seed restarts
     # it, so a seeded conversation repeats as a whole.
     rng: np.random.Generator = field(init=False)
+    # Where the conversation is kept before each reply (chat --resume reads it back), or None.
+    autosave: Path | None = None
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.settings.rng_seed)
@@ -92,6 +96,7 @@ class ChatSession:
         middle of the prompt pass."""
         self.messages.append({"role": "user", "content": text})
         tokens = self.prompt_tokens(notify)
+        self._autosave(notify)  # a crash during the reply loses at most the reply
         cancel = self.loaded.cancel
         cancel.clear()
         config = self.settings.generation_config()
@@ -99,6 +104,7 @@ class ChatSession:
             if isinstance(ev, DoneEvent):
                 self.messages.append({"role": "assistant", "content": ev.text})
                 self.totals.add(ev)
+                self._autosave(notify)
             yield ev
 
     def set_option(self, key: str, value: str) -> str:
@@ -122,11 +128,25 @@ class ChatSession:
         self.messages.clear()
 
     def save(self, path: Path) -> None:
+        """Write the conversation as JSON, atomically (a file that is only readable by its owner)."""
         data = {"model": self.model_name, "system": self.system, "messages": self.messages}
         try:
-            path.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # created with mode 0600
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, ensure_ascii=False)
+            os.replace(tmp, path)
         except OSError as e:
             raise LocalspecError(f"cannot write {path}: {e.strerror}") from None
+
+    def _autosave(self, notify: Callable[[str], None]) -> None:
+        if self.autosave is None:
+            return
+        try:
+            self.save(self.autosave)
+        except LocalspecError as e:
+            notify(f"the conversation is not kept for --resume: {e}")
+            self.autosave = None
 
     def load(self, path: Path) -> None:
         try:

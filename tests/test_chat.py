@@ -141,3 +141,25 @@ def test_a_message_that_is_not_utf8_and_seed_minus_one_keep_the_session(tiny: Ti
     assert messages[0]["content"] == "the cat \ufffd\ufffd sat"
     child.sendline("/exit")
     child.expect(pexpect.EOF)
+
+
+def test_resume_continues_the_last_conversation_even_after_a_crash(tiny: TinyModels, tmp_path: Path):
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "6", tmp=tmp_path)
+    turn(child, "the cat sat")
+    child.sendline("a dog ran")
+    child.expect(SUMMARY)
+    child.kill(9)  # no clean exit: what was kept before the reply must do
+    child.close()
+    kept = tmp_path / "state" / "localspec" / "last_conversation.json"
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "6", "--resume", tmp=tmp_path)
+    child.sendline("/stats")
+    child.expect_exact(PROMPT)
+    out = tmp_path / "resumed.json"
+    child.sendline(f"/save {out}")
+    child.expect_exact(PROMPT)
+    messages = json.loads(out.read_text())["messages"]
+    assert [m["content"] for m in messages if m["role"] == "user"] == ["the cat sat", "a dog ran"]
+    turn(child, "moon")
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)

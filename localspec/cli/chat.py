@@ -69,6 +69,12 @@ def _read_message(prompt: str) -> str | None:
         lines.append(line)
 
 
+def last_conversation_path() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("localspec")) / "last_conversation.json"
+
+
 def _setup_history() -> Callable[[], None]:
     """Arrow-key history through readline, kept between sessions when the state dir is writable."""
     try:
@@ -98,6 +104,7 @@ def chat(
     model: ModelOpt = None,
     draft: DraftOpt = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue the last conversation (kept before every reply).")] = False,
     max_tokens: MaxTokensOpt = None,
     temp: TempOpt = None,
     top_k: TopKOpt = None,
@@ -144,7 +151,15 @@ def chat(
         files, settings = request(given, seed=secrets.randbits(32))
         loaded = load(files, settings, verbose=verbose)
     system = from_arg(system, "--system") if system else None
-    session = ChatSession(loaded, settings, system, model_name=model or defaults.EMBEDDED_NAME)
+    session = ChatSession(loaded, settings, system, model_name=model or defaults.EMBEDDED_NAME, autosave=last_conversation_path())
+    if resume:
+        try:
+            session.load(session.autosave)  # type: ignore[arg-type]
+            if system:
+                session.system = system
+            notify(f"resumed the last conversation: {len(session.messages)} messages")
+        except LocalspecError:
+            notify("no earlier conversation to resume: starting a new one")
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
     err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"))
