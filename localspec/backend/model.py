@@ -17,7 +17,8 @@ from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
 
 SEQ = 0  # every model here decodes a single sequence
-ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
+ABORTABLE_BATCH = 64
+CTX_PAD = 256  # passes this long (prompts) can be stopped mid-way by Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,11 @@ class Model:
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
         cparams = llama_cpp.llama_context_default_params()
         train_ctx = llama_cpp.llama_model_n_ctx_train(self.model)
-        cparams.n_ctx = options.n_ctx if options.n_ctx > 0 else min(DEFAULT_CTX, train_ctx)
+        requested = options.n_ctx if options.n_ctx > 0 else min(DEFAULT_CTX, train_ctx)
+        # llama.cpp pads the context to a multiple of 256 but caps the batch at the size asked for:
+        # asking for the padded size keeps a tiny --ctx from a batch of one token (which aborts
+        # llama.cpp outright with several sequences).
+        cparams.n_ctx = -(-requested // CTX_PAD) * CTX_PAD
         cparams.n_batch = options.n_batch
         cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = options.n_seq_max

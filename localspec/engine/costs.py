@@ -220,10 +220,11 @@ class CostCache:
 def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
     cache = cache or CostCache()
     # A pass must fit one batch, and at the far context the context too (a tiny --ctx caps both).
-    near, far, far_context = cache.measure(target, min(draft_max + 1, target.n_batch, target.n_ctx // 2), far=True)
+    widest = max(1, min(draft_max + 1, target.n_batch, target.n_ctx // 2))
+    near, far, far_context = cache.measure(target, widest, far=True)
     costs = DecodeCosts(near, far, far_context, {"ngram": 0.0}, {"ngram": 0.0})
     if draft is not None:
-        first, rest, lagging, first_far, rest_far, lagging_far = cache.draft_costs(target, draft, min(draft_max + 1, 8), far_context)
+        first, rest, lagging, first_far, rest_far, lagging_far = cache.draft_costs(target, draft, min(widest, 8), far_context)
         for name in ("draft-model", "tree"):  # a tree costs its draft model per drafted token too
             costs.draft_token[name], costs.draft_catch_up[name] = rest, max(first - rest, 0.0)
             costs.draft_token_far[name], costs.draft_catch_up_far[name] = rest_far, max(first_far - rest_far, 0.0)

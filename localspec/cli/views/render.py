@@ -29,7 +29,10 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
     return " · ".join(parts)
 
 
-def render_plain(events: Iterable[Event], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> DoneEvent:
+def render_plain(events: Iterable[Event], out: TextIO | None = None, err: TextIO | None = None) -> DoneEvent:
+    # The streams are looked up per call, not bound at import: whoever stands in for them now counts.
+    out, err = out or sys.stdout, err or sys.stderr
+
     def show(ev: Event) -> None:
         if isinstance(ev, TokenEvent) and ev.text:
             out.write(ev.text)
@@ -43,9 +46,10 @@ def render_plain(events: Iterable[Event], out: TextIO = sys.stdout, err: TextIO 
     return done
 
 
-def collect(events: Iterable[Event], err: TextIO = sys.stderr) -> DoneEvent:
+def collect(events: Iterable[Event], err: TextIO | None = None) -> DoneEvent:
     """The DoneEvent, with notices on stderr and nothing else shown."""
-    return drain(events, lambda ev: err.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None)
+    stream = err or sys.stderr
+    return drain(events, lambda ev: stream.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None)
 
 
 def result_json(done: DoneEvent, seed: int | None) -> str:
