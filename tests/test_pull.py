@@ -279,3 +279,18 @@ def test_a_pull_killed_midway_resumes_in_the_next_process(hub):
     assert starts and starts[-1] >= kept  # the second process asked only for the rest
     assert Path(models_json(hub)["big"]["target_files"][0]).read_bytes() == data
     assert not list(blobs.glob("*.localspec-partial")) and not list(blobs.glob("*.incomplete"))
+
+
+def test_pull_again_repairs_a_file_damaged_after_a_verified_pull(hub, tiny):
+    assert cli(hub, "pull", "pair").returncode == 0
+    target = Path(models_json(hub)["pair"]["target_files"][0]).resolve()
+    good = target.read_bytes()
+    target.write_bytes(b"\0" * 64 + good[64:])  # same size: only a hash tells
+    assert cli(hub, "pull", "pair").returncode == 0
+    assert target.read_bytes() != good  # a plain pull checks sizes, and sizes agree
+    res = cli(hub, "pull", "pair", "--check")
+    assert res.returncode == 0, res.stderr
+    assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
+    Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(good[: len(good) // 2])  # truncated
+    assert cli(hub, "pull", "pair").returncode == 0
+    assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good

@@ -14,6 +14,7 @@ from localspec.cli.options import user_errors
 def pull(
     alias: Annotated[str, typer.Argument(help="Model alias from models.toml (see `localspec models`).")],
     dir: Annotated[Path | None, typer.Option("--dir", help="Download into this folder instead of the Hugging Face cache.")] = None,
+    check: Annotated[bool, typer.Option("--check", help="Hash files pulled before too, and fetch again any that changed.")] = False,
 ) -> None:
     """Download an alias's target and draft GGUF files, with progress, resume and sha256 checks."""
     from huggingface_hub import constants
@@ -30,7 +31,7 @@ def pull(
         for warning in check_space(plan, dest, dir):
             typer.echo(f"warning: {warning}", err=True)
         with PullProgress(plan.total_bytes) as progress:
-            manifest = fetch(entry, plan, progress, local_dir=dir)
+            manifest = fetch(entry, plan, progress, local_dir=dir, check=check)
     facts = ", ".join(f"{k} {v}" for k, v in entry.facts.items())
     typer.echo(f"pulled {alias}: {manifest.size_bytes() / 1e9:.2f} GB" + (f" ({facts})" if facts else ""), err=True)
     if entry.draft is None:

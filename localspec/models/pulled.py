@@ -167,9 +167,15 @@ def check_space(plan: PullPlan, dest: Path, local_dir: Path | None = None) -> li
 
 
 def fetch(
-    alias: Alias, plan: PullPlan, progress: hub.DownloadProgress, local_dir: Path | None = None, cache_dir: Path | None = None
+    alias: Alias,
+    plan: PullPlan,
+    progress: hub.DownloadProgress,
+    local_dir: Path | None = None,
+    cache_dir: Path | None = None,
+    check: bool = False,
 ) -> Manifest:
-    """Download every planned file, verify sizes and sha256, and record the manifest."""
+    """Download every planned file, verify sizes and sha256, and record the manifest. Files pulled
+    before are checked by size (and with `check`, by sha256 too); a wrong one is fetched again."""
     previous = read_manifest_or_none(alias.name)  # a damaged record is rewritten below
     verified = {(f.repo, f.path, f.local, f.size, f.sha256) for fs in (previous.files.values() if previous else []) for f in fs}
     manifest = Manifest(alias.name)
@@ -178,27 +184,35 @@ def fetch(
         manifest.files[role] = []
         for remote in files:
             path = hub.download(spec, remote, progress, local_dir, cache_dir)
-            size = path.stat().st_size
-            record = PulledFile(spec.repo, remote.path, str(path), size, remote.sha256)
-            if (record.repo, record.path, record.local, record.size, record.sha256) not in verified:
-                _verify(path, remote, progress)
+            record = PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
+            if check or (record.repo, record.path, record.local, record.size, record.sha256) not in verified:
+                if _problem(path, remote, progress):
+                    hub.remove_downloaded(path)  # damaged since (or never right): fetch it once more
+                    path = hub.download(spec, remote, progress, local_dir, cache_dir)
+                    record = PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
+                    _verify(path, remote, progress)
             manifest.files[role].append(record)
     write_manifest(manifest)
     return manifest
 
 
-def _verify(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) -> None:
+def _problem(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) -> str | None:
+    """What is wrong with a downloaded file against the Hub's size and sha256 (None: nothing)."""
     size = path.stat().st_size
-    problem = None
     if remote.size and size != remote.size:
-        problem = f"size {size} instead of {remote.size}"
-    elif remote.sha256:
+        return f"size {size} instead of {remote.size}"
+    if remote.sha256:
         label = f"verify {Path(remote.path).name}"
         progress.file_started(label, size, 0)
         digest = hub.sha256_of(path, lambda n: progress.file_advanced(label, n))
         progress.file_finished(label, size)
         if digest != remote.sha256:
-            problem = "sha256 mismatch"
+            return "sha256 mismatch"
+    return None
+
+
+def _verify(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) -> None:
+    problem = _problem(path, remote, progress)
     if problem:
         hub.remove_downloaded(path)
         raise LocalspecError(f"{remote.path} failed verification ({problem}): removed it; pull again")
