@@ -4,6 +4,7 @@ both models, and pick the drafter."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
-from localspec.engine.costs import DecodeCosts, pair_costs
+from localspec.engine.costs import CostCache, DecodeCosts, pair_costs
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
@@ -160,10 +161,12 @@ def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settin
     return ChainDrafter([NgramDrafter(), model]) if kind == "chain" else model
 
 
-def measure_costs(target: Model, draft: Model | None, draft_max: int) -> DecodeCosts | None:
+def measure_costs(
+    target: Model, draft: Model | None, draft_max: int, notify: Callable[[str], None] = lambda m: print(f"note: {m}", file=sys.stderr)
+) -> DecodeCosts | None:
     """Decode costs for the auto controller (cached per model file); None where they cannot be measured."""
     try:
-        return pair_costs(target, draft, draft_max)
+        return pair_costs(target, draft, draft_max, CostCache(notify=notify))
     except RuntimeError:  # a model that cannot roll back its state
         return None
 

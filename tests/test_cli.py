@@ -244,3 +244,24 @@ def test_a_tiny_context_under_auto_is_no_traceback(tiny: TinyModels, tmp_path: P
                          capture_output=True, text=True, env=env, timeout=120)
     assert "Traceback" not in res.stderr
     assert res.returncode == 0 or res.stderr.startswith("error: "), res.stderr
+
+
+def test_a_cost_cache_of_the_wrong_shape_is_dropped_with_a_note(tiny: TinyModels, tmp_path: Path):
+    cache = tmp_path / "localspec" / "decode-costs.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("[1, 2, 3]")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    args = [*CLI, "run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "moon", "-n", "4", "--draft-mode", "auto"]
+    first = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    assert f"note: the decode-cost cache {cache} was damaged: measuring again" in first.stderr
+    assert isinstance(json.loads(cache.read_text()), dict)
+    second = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    assert second.returncode == 0 and "damaged" not in second.stderr
+
+
+def test_output_an_ascii_terminal_cannot_show_is_replaced(tiny: TinyModels):
+    env = {**os.environ, "PYTHONIOENCODING": "ascii"}
+    res = subprocess.run([*CLI, "run", "-m", str(tiny.target), "-p", "\u00e9t\u00e9 \u4e16", "-n", "30", "--temp", "1", "--seed", "3"],
+                         capture_output=True, env=env, timeout=120)
+    assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from localspec.cli.bench import bench
@@ -31,4 +33,9 @@ app.command()(rm)
 
 
 def main() -> None:
+    # What the model writes must never end a run: a stream that cannot encode a character (an
+    # ASCII-only terminal) gets a replacement instead of raising.
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     app()

@@ -14,6 +14,7 @@ import statistics
 import tempfile
 import time
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,14 +143,22 @@ def _live(key: str) -> bool:
 
 
 class CostCache:
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: Path | None = None, notify: Callable[[str], None] = lambda _m: None) -> None:
         self.path = path or Path(platformdirs.user_cache_dir("localspec")) / CACHE_FILE
+        self.notify = notify  # told once when a damaged file is dropped
 
     def _read(self) -> dict:
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError):
+            data = None
+        if not isinstance(data, dict):
+            self.notify(f"the decode-cost cache {self.path} was damaged: measuring again")
+            self.notify = lambda _m: None
+            return {}
+        return data
 
     def _write(self, data: dict) -> None:
         # Entries of files that are gone, or of older versions, would only pile up.
@@ -201,7 +210,7 @@ class CostCache:
         data = self._read()
         key = f"pair|{_key(target)}|{_key(draft)}|c{far_context}"
         entry = data.get(key)
-        if not (isinstance(entry, list) and len(entry) == 6):
+        if not (isinstance(entry, list) and len(entry) == 6 and all(isinstance(x, (int, float)) for x in entry)):
             entry = []
             for context in (0, far_context):
                 target.truncate(0)
@@ -218,6 +227,7 @@ class CostCache:
 
 
 def pair_costs(target: Model, draft: Model | None, draft_max: int, cache: CostCache | None = None) -> DecodeCosts:
+    """The costs of this pair, measured where the cache lacks them."""
     cache = cache or CostCache()
     # A pass must fit one batch, and at the far context the context too (a tiny --ctx caps both).
     widest = max(1, min(draft_max + 1, target.n_batch, target.n_ctx // 2))
