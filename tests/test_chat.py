@@ -163,3 +163,16 @@ def test_resume_continues_the_last_conversation_even_after_a_crash(tiny: TinyMod
     turn(child, "moon")
     child.sendline("/exit")
     child.expect(pexpect.EOF)
+
+
+def test_a_piped_chat_survives_bytes_that_are_not_utf8(tiny: TinyModels, tmp_path: Path):
+    import subprocess
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
+    out = tmp_path / "piped.json"
+    script = b"the cat \xff sat\na dog\n/save " + str(out).encode() + b"\n"
+    res = subprocess.run([sys.executable, "-m", "localspec", "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"],
+                         input=script, capture_output=True, env=env, timeout=120)
+    assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+    assert b"the message is not valid UTF-8" in res.stderr
+    assert [m["content"] for m in json.loads(out.read_text())["messages"] if m["role"] == "user"] == ["the cat \ufffd sat", "a dog"]
