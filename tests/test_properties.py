@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 
 from localspec.cli.app import app
 
-EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Derandomized: the same examples on every run, so that a run of CI never fails on a new draw alone.
+EXAMPLES = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 CACHE = tempfile.mkdtemp(prefix="localspec-props-")
 
 floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 1.0, -1.0, 0.5, math.nan, math.inf])
