@@ -107,6 +107,10 @@ class ChatSession:
                 self._autosave(notify)
             yield ev
 
+    def current(self) -> list[str]:
+        """`key = value` for each setting /set may change, as it stands."""
+        return [f"{key} = {getattr(self.settings, name)!r}" for key, name in SETTABLE.items()]
+
     def set_option(self, key: str, value: str) -> str:
         """/set KEY VALUE: a per-generation setting, named as its flag without the dashes."""
         if key not in SETTABLE:

@@ -84,3 +84,10 @@ def test_set_changes_only_what_may_change_between_replies(loaded):
             session.set_option(load_time, "2")
     with pytest.raises(LocalspecError, match="draft-min must be in \\[0, draft-max\\]"):
         session.set_option("draft-min", "99")
+
+
+def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
+    session = ChatSession(loaded, Settings(temp=0.3, draft_policy="greedy"))
+    listing = session.current()
+    assert "temp = 0.3" in listing and "draft-policy = 'greedy'" in listing and "draft-p-min = 0.0" in listing
+    assert not any(line.startswith(("ctx ", "threads ", "draft-branches ")) for line in listing)

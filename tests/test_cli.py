@@ -222,7 +222,7 @@ def test_text_that_is_not_utf8_is_read_with_replacements_everywhere(tiny: TinyMo
     base = [*CLI, "run", "-m", str(tiny.target), "-n", "5", "--temp", "0", "--json"]
     by_arg = subprocess.run([*base, "-p", os.fsdecode(bad)], capture_output=True, env=env, timeout=120)
     by_stdin = subprocess.run(base, input=bad, capture_output=True, env=env, timeout=120)
-    for res, source in ((by_arg, "the prompt (-p)"), (by_stdin, "stdin")):
+    for res, source in ((by_arg, "the prompt"), (by_stdin, "stdin")):
         err = res.stderr.decode()
         assert res.returncode == 0 and "Traceback" not in err, err
         assert f"note: {source} is not valid UTF-8" in err
@@ -265,3 +265,28 @@ def test_output_an_ascii_terminal_cannot_show_is_replaced(tiny: TinyModels):
     res = subprocess.run([*CLI, "run", "-m", str(tiny.target), "-p", "\u00e9t\u00e9 \u4e16", "-n", "30", "--temp", "1", "--seed", "3"],
                          capture_output=True, env=env, timeout=120)
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+
+
+def test_the_prompt_as_an_argument_from_a_file_or_with_p_is_the_same(tiny: TinyModels, tmp_path: Path):
+    base = ("run", "-m", str(tiny.target), "-n", "6", "--temp", "0", "--json")
+    by_p = json.loads(localspec(*base, "-p", "the cat sat").stdout)["tokens"]
+    assert json.loads(localspec(*base, "the cat sat").stdout)["tokens"] == by_p
+    file = tmp_path / "prompt.txt"
+    file.write_text("the cat sat", encoding="utf-8")
+    assert json.loads(localspec(*base, "-f", str(file)).stdout)["tokens"] == by_p
+    assert_one_line_error(localspec(*base, "-p", "x", "the cat"), "give the prompt once, not as PROMPT and -p")
+    assert_one_line_error(localspec(*base, "-f", str(tmp_path / "none.txt")), "cannot read prompt file")
+
+
+def test_version_and_short_help():
+    version = localspec("--version")
+    assert version.returncode == 0 and version.stdout.strip().startswith("localspec ")
+    assert localspec("-V").stdout == version.stdout
+    for args in (("-h",), ("run", "-h"), ("chat", "-h")):
+        res = localspec(*args)
+        assert res.returncode == 0 and "Usage:" in res.stdout, args
+
+
+def test_quiet_prints_nothing_but_the_text():
+    res = localspec("run", "-p", "Hi", "-n", "3", "--temp", "0", "-q")
+    assert res.returncode == 0 and res.stderr == "", res.stderr

@@ -213,6 +213,7 @@ def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
     assert cli(hub, "rm", "pair2").returncode == 0
     assert not draft_file.exists()
     assert "not pulled" in one_line_error(cli(hub, "rm", "pair2"))
+    assert "unknown model alias 'pair3'; did you mean 'pair'" in one_line_error(cli(hub, "rm", "pair3"))
 
 
 def test_alias_without_draft_on_disk_falls_back_to_ngram(hub):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
+
+from localspec import __version__
 
 from localspec.cli.bench import bench
 from localspec.cli.chat import chat
@@ -14,13 +17,23 @@ from localspec.cli.run import run
 app = typer.Typer(
     help="Lossless speculative decoding for local GGUF models (llama.cpp).",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
+def _version(given: bool) -> None:
+    if given:
+        typer.echo(f"localspec {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def root() -> None:
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
     """Lossless speculative decoding for local GGUF models (llama.cpp)."""
 
 

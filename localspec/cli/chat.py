@@ -25,12 +25,13 @@ from localspec.settings import FIELDS, PER_GENERATION
 HELP = f"""commands:
   /help                 this help
   /stats                session totals: tokens, acceptance, tok/s
-  /set KEY VALUE        change a setting for the next replies: {', '.join(FIELDS[n].key for n in PER_GENERATION)}
+  /set                  the settings /set may change, with their values
+  /set KEY VALUE        change one for the next replies: {', '.join(FIELDS[n].key for n in PER_GENERATION)}
   /system TEXT          set the system prompt (keeps the conversation)
   /reset                forget the conversation
   /save FILE            save the conversation as JSON
   /load FILE            load a saved conversation
-  /exit                 leave (Ctrl-D too)
+  /exit, /quit, /bye    leave (Ctrl-D too)
   \"\"\"                   start and end a multi-line message
 Ctrl-C stops a reply; at an empty prompt it leaves."""
 MULTILINE = '"""'
@@ -204,6 +205,8 @@ def _command(session, text: str, console, notify) -> bool:
             say(HELP)
         elif name == "/stats":
             say(session.totals.describe())
+        elif name == "/set" and not arg:
+            say("\n".join(session.current()))
         elif name == "/set":
             key, _, value = arg.partition(" ")
             say(session.set_option(key, value.strip()))

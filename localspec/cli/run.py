@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 import sys
 import threading
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -18,7 +19,9 @@ from localspec.cli.options import (
 
 
 def run(
+    text: Annotated[str | None, typer.Argument(metavar="[PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin).", show_default=False)] = None,
     prompt: PromptOpt = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.")] = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
     max_tokens: MaxTokensOpt = None,
@@ -57,17 +60,23 @@ def run(
     from localspec.cli.views.tui import LiveRenderer
     from localspec.loader import load
     from localspec.prompt import prompt_tokens, template_notice
-    from localspec.text_input import from_arg, read_stdin
+    from localspec.text_input import from_arg, read_file, read_stdin
 
-    if prompt is None and not sys.stdin.isatty():
+    given_as = [name for name, value in (("PROMPT", text), ("-p", prompt), ("-f", file)) if value is not None]
+    if len(given_as) > 1:
+        raise fail(f"give the prompt once, not as {' and '.join(given_as)}")
+    if file is not None:
+        with user_errors():
+            prompt = read_file(file, "prompt file")
+    elif prompt is not None or text is not None:
+        prompt = from_arg(prompt if prompt is not None else text, "the prompt")  # type: ignore[arg-type]
+    elif not sys.stdin.isatty():
         prompt = read_stdin()
-    elif prompt is not None:
-        prompt = from_arg(prompt, "the prompt (-p)")
     if not prompt:
-        raise fail("no prompt: pass -p TEXT or pipe text on stdin")
+        raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
     with user_errors():
-        files, settings = request(given, seed=secrets.randbits(32))
+        files, settings = request(given, (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True)), seed=secrets.randbits(32))
         config = settings.generation_config()
         loaded = load(files, settings, cancel, verbose)
         try:

@@ -14,7 +14,7 @@ import platformdirs
 
 from localspec.models import hub
 from localspec.errors import LocalspecError
-from localspec.models.registry import ALIAS_NAME, APP_NAME, Alias, FileSpec, check_alias_name
+from localspec.models.registry import ALIAS_NAME, APP_NAME, Alias, FileSpec, check_alias_name, load_registry
 
 ROLES = ("target", "draft")
 
@@ -227,6 +227,7 @@ def remove_alias(name: str) -> tuple[int, list[str]]:
         record_path(name).unlink()
         return 0, []
     if manifest is None:
+        load_registry().get(name)  # a name no registry knows is said to be unknown, with the closest
         raise LocalspecError(f"{name!r} is not pulled")
     others = [f for m in all_manifests() if m.alias != name for fs in m.files.values() for f in fs]
     # The huggingface_hub cache stores identical files once: compare blobs, not only paths.
