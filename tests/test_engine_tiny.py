@@ -217,3 +217,20 @@ def test_auto_mode_is_lossless_and_drafts_less_when_drafts_fail(tiny, target, ba
                 total += done.stats.n_drafted / done.stats.n_steps
             drafted[name] = total
     assert drafted["poor"] < drafted["close"]
+
+
+def test_draft_tokens_past_the_end_count_as_neither_accepted_nor_generated(tiny, target):
+    prompt = target.tokenize(PROMPTS[0])
+    text = run_engine(SpeculativeEngine(target, None), prompt, GenerationConfig(max_tokens=60, sampling=GREEDY)).text
+    with Model(tiny.close, model_options()) as d:
+        engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
+        for cut in range(10, 50, 3):  # stop strings that end generation in the middle of a step
+            config = GenerationConfig(max_tokens=60, sampling=GREEDY, draft_max=8, draft_mode="fixed", stop=(text[cut : cut + 3],))
+            events = list(engine.generate(prompt, config))
+            done = events[-1]
+            s = done.stats
+            assert s.n_generated == len(done.tokens)
+            assert s.n_accepted <= s.n_generated and s.n_accepted <= s.n_drafted
+            drafted_tokens = sum(1 for e in events if isinstance(e, TokenEvent) and e.source)
+            assert drafted_tokens == s.n_accepted == sum(e.accepted for e in events if isinstance(e, StepEvent))
+            assert sum(e.emitted for e in events if isinstance(e, StepEvent)) == s.n_generated

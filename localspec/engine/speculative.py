@@ -171,22 +171,21 @@ class SpeculativeEngine:
                         yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
                 n_acc = len(path)
                 emitted = [*(draft.tokens[i] for i in path), token]
-                if draft.tokens:
-                    stats.record(draft.source, len(draft.tokens), n_acc)
-                    if controller:
-                        controller.update(draft.key, depth, n_acc, judged(draft, path))
+                if draft.tokens and controller:
+                    controller.update(draft.key, depth, n_acc, judged(draft, path))
                 if controller:
                     controller.record_step(len(draft.tokens), len(emitted), len(ctx))
                 ctx.extend(emitted)
                 stats.n_steps += 1
-                yield StepEvent(draft.source or None, len(draft.tokens), n_acc, len(emitted))
 
-                for i, tok in enumerate(emitted):
+                shown = 0
+                for tok in emitted:
                     generated.append(tok)
                     stats.n_generated += 1
+                    shown += 1
                     eog = target.is_eog(tok)
                     text = "" if eog else stream.push(target.piece(tok))
-                    yield TokenEvent(tok, text, draft.source if i < n_acc else None)
+                    yield TokenEvent(tok, text, draft.source if shown <= n_acc else None)
                     if eog:
                         stop_reason = "eos"
                     elif stream.stopped:
@@ -195,6 +194,12 @@ class SpeculativeEngine:
                         stop_reason = "length"
                     if stop_reason:
                         break
+                # The user's counts are of what was emitted: draft tokens verified past the end of
+                # generation (eos, a stop string, -n) count as neither accepted nor generated.
+                accepted = min(n_acc, shown)
+                if draft.tokens:
+                    stats.record(draft.source, len(draft.tokens), accepted)
+                yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
         except DecodeAborted:
             stop_reason = "interrupted"
         stats.elapsed_s = time.perf_counter() - t_gen
