@@ -171,6 +171,8 @@ def parse(name: str, text: str) -> Any:
     if kind is tuple:
         return (text,) if text else ()
     return kind(text)
+
+
 # What models.toml may recommend for an alias (and the types its values must have).
 ALIAS_KEYS = [name for name, about in FIELDS.items() if about.alias]
 PER_GENERATION = [name for name, about in FIELDS.items() if about.phase == GENERATION]
