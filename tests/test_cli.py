@@ -290,3 +290,14 @@ def test_version_and_short_help():
 def test_quiet_prints_nothing_but_the_text():
     res = localspec("run", "-p", "Hi", "-n", "3", "--temp", "0", "-q")
     assert res.returncode == 0 and res.stderr == "", res.stderr
+
+
+def test_llama_cpp_short_flags_and_help_panels(tiny: TinyModels):
+    args = ("run", "-m", str(tiny.target), "-md", str(tiny.close), "-c", "300", "-t", "1", "-s", "3", "-ngl", "0", "-p", "moon", "-n", "4", "--json")
+    res = localspec(*args)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["seed"] == 3 and out["stats"]["drafter"] == "draft-model"
+    help_text = localspec("run", "-h").stdout
+    for panel in ("Model", "Drafting", "Sampling", "Performance", "Output"):
+        assert f"─ {panel} ─" in help_text, panel

@@ -22,30 +22,39 @@ EXIT_INTERRUPTED = 130
 
 # Options shared by run, chat and bench. A setting's flag and help come from the settings record
 # (localspec/settings.py); a command's parameter has the setting's name, so `request` finds it.
+# Help groups them in panels; short flags follow llama.cpp's where they clash with nothing here.
+MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT = "Model", "Drafting", "Sampling", "Performance", "Output"
+PANELS = {
+    "max_tokens": SAMPLING, "temp": SAMPLING, "top_k": SAMPLING, "top_p": SAMPLING, "min_p": SAMPLING,
+    "seed": SAMPLING, "stop": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
+    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE,
+}
+
+
 def _setting(name: str, *short: str, shown: Any = None) -> Any:
     about = Settings.about(name)
     default = getattr(Settings(), name) if shown is None else shown
     flag = f"{about.flag}/--no-{about.key}" if name == "lookup" else about.flag
     described = default in (None, ()) or "default" in about.help
     text = about.help if described else f"{about.help.rstrip('.')} (default {default})."
-    return typer.Option(*short, flag, help=text)
+    return typer.Option(*short, flag, help=text, rich_help_panel=PANELS.get(name, DRAFTING))
 
 
-PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", help="Prompt text (default: read stdin when it is not a terminal).")]
-ModelOpt = Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).")]
-DraftOpt = Annotated[str | None, typer.Option("-d", "--draft", help="Draft GGUF of the same vocabulary, or 'none'.")]
+PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
+ModelOpt = Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).", rich_help_panel=MODEL)]
+DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
 MaxTokensOpt = Annotated[int | None, _setting("max_tokens", "-n")]
 TempOpt = Annotated[float | None, _setting("temp")]
 TopKOpt = Annotated[int | None, _setting("top_k")]
 TopPOpt = Annotated[float | None, _setting("top_p")]
 MinPOpt = Annotated[float | None, _setting("min_p")]
-SeedOpt = Annotated[int | None, _setting("seed")]
+SeedOpt = Annotated[int | None, _setting("seed", "-s")]
 StopOpt = Annotated[list[str] | None, _setting("stop")]
-CtxOpt = Annotated[int | None, _setting("ctx")]
-ThreadsOpt = Annotated[int | None, _setting("threads")]
-DraftThreadsOpt = Annotated[int | None, _setting("draft_threads")]
-GpuLayersOpt = Annotated[int | None, _setting("gpu_layers")]
-DraftGpuLayersOpt = Annotated[int | None, _setting("draft_gpu_layers")]
+CtxOpt = Annotated[int | None, _setting("ctx", "-c")]
+ThreadsOpt = Annotated[int | None, _setting("threads", "-t")]
+DraftThreadsOpt = Annotated[int | None, _setting("draft_threads", "-td")]
+GpuLayersOpt = Annotated[int | None, _setting("gpu_layers", "-ngl")]
+DraftGpuLayersOpt = Annotated[int | None, _setting("draft_gpu_layers", "-ngld")]
 DraftMaxOpt = Annotated[int | None, _setting("draft_max")]
 DraftMinOpt = Annotated[int | None, _setting("draft_min")]
 DraftPMinOpt = Annotated[float | None, _setting("draft_p_min")]
@@ -56,9 +65,9 @@ DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
 LookupOpt = Annotated[bool | None, _setting("lookup")]
 LookupMinOpt = Annotated[int | None, _setting("lookup_min")]
 LookupMaxOpt = Annotated[int | None, _setting("lookup_max")]
-ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).")]
-RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.")]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.")]
+ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
+RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
+VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:

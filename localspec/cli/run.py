@@ -14,14 +14,14 @@ from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    VerboseOpt, fail, request, signals_stop, user_errors,
+    MODEL, OUTPUT, VerboseOpt, fail, request, signals_stop, user_errors,
 )
 
 
 def run(
     text: Annotated[str | None, typer.Argument(metavar="[PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin).", show_default=False)] = None,
     prompt: PromptOpt = None,
-    file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.")] = None,
+    file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL)] = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
     max_tokens: MaxTokensOpt = None,
@@ -48,8 +48,8 @@ def run(
     lookup_max: LookupMaxOpt = None,
     raw: RawOpt = False,
     show_accepted: ShowAcceptedOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line on stderr.")] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stop_reason, stats) instead of streaming.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT)] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stop_reason, stats) instead of streaming.", rich_help_panel=OUTPUT)] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
