@@ -6,8 +6,6 @@ with the model's chat template and evaluates only what differs from what the cac
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +14,7 @@ import numpy as np
 
 from localspec.engine.events import DoneEvent, Event
 from localspec.errors import LocalspecError
+from localspec.json_file import write_json
 from localspec.loader import Loaded
 from localspec.prompt import Message, render_chat, tokenize_rendered
 from localspec.settings import FIELDS, PER_GENERATION, SettingError, Settings, parse
@@ -135,11 +134,7 @@ class ChatSession:
         """Write the conversation as JSON, atomically (a file that is only readable by its owner)."""
         data = {"model": self.model_name, "system": self.system, "messages": self.messages}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # created with mode 0600
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, ensure_ascii=False)
-            os.replace(tmp, path)
+            write_json(path, data)
         except OSError as e:
             raise LocalspecError(f"cannot write {path}: {e.strerror}") from None
 

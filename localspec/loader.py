@@ -4,7 +4,6 @@ both models, and pick the drafter."""
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
 from localspec.settings import Settings
+from localspec.text_input import note
 
 DRAFTERS = ("none", "ngram", "draft-model", "tree", "chain")
 
@@ -162,7 +162,7 @@ def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settin
 
 
 def measure_costs(
-    target: Model, draft: Model | None, draft_max: int, notify: Callable[[str], None] = lambda m: print(f"note: {m}", file=sys.stderr)
+    target: Model, draft: Model | None, draft_max: int, notify: Callable[[str], None] = note
 ) -> DecodeCosts | None:
     """Decode costs for the auto controller (cached per model file); None where they cannot be measured."""
     try:

@@ -10,11 +10,12 @@ from pathlib import Path
 from localspec.errors import LocalspecError
 
 
-def _note(message: str) -> None:
+def note(message: str) -> None:
+    """A one-line note on stderr (what the orchestration layer says when no front end is asked)."""
     print(f"note: {message}", file=sys.stderr)
 
 
-def from_bytes(data: bytes, source: str, notify: Callable[[str], None] = _note) -> str:
+def from_bytes(data: bytes, source: str, notify: Callable[[str], None] = note) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -22,12 +23,12 @@ def from_bytes(data: bytes, source: str, notify: Callable[[str], None] = _note) 
         return data.decode("utf-8", "replace")
 
 
-def from_arg(text: str, source: str, notify: Callable[[str], None] = _note) -> str:
+def from_arg(text: str, source: str, notify: Callable[[str], None] = note) -> str:
     """An argument or a line of input, as Python decoded it (undecodable bytes kept as surrogates)."""
     return from_bytes(text.encode("utf-8", "surrogateescape"), source, notify)
 
 
-def read_file(path: Path, what: str, notify: Callable[[str], None] = _note) -> str:
+def read_file(path: Path, what: str, notify: Callable[[str], None] = note) -> str:
     try:
         data = path.read_bytes()
     except OSError as e:
@@ -35,5 +36,5 @@ def read_file(path: Path, what: str, notify: Callable[[str], None] = _note) -> s
     return from_bytes(data, f"{what} {path}", notify)
 
 
-def read_stdin(notify: Callable[[str], None] = _note) -> str:
+def read_stdin(notify: Callable[[str], None] = note) -> str:
     return from_bytes(sys.stdin.buffer.read(), "stdin", notify)

@@ -17,8 +17,8 @@ from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
 
 SEQ = 0  # every model here decodes a single sequence
-ABORTABLE_BATCH = 64
-CTX_PAD = 256  # passes this long (prompts) can be stopped mid-way by Ctrl-C
+ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
+CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 
 
 @dataclass(frozen=True)

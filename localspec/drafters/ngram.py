@@ -22,6 +22,9 @@ class NgramDrafter:
 
     def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
         self.n_min, self.n_max = settings.lookup_min, settings.lookup_max
+        self._restart(context)
+
+    def _restart(self, context: Sequence[int]) -> None:
         self._tokens: list[int] = []
         self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.n_min, self.n_max + 1)}
         self._extend(context)
@@ -38,9 +41,9 @@ class NgramDrafter:
     def _sync(self, context: Sequence[int]) -> None:
         known = len(self._tokens)
         if len(context) < known or (known and context[known - 1] != self._tokens[-1]):
-            self._tokens = []  # not a continuation of what was indexed (a new conversation)
-            self._index = {n: {} for n in self._index}
-        self._extend(context)
+            self._restart(context)  # not a continuation of what was indexed (a new conversation)
+        else:
+            self._extend(context)
 
     def match(self, context: Sequence[int]) -> tuple[int, int]:
         """(n, position) of the longest, most recent earlier occurrence of the context's last n

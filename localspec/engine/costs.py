@@ -9,9 +9,7 @@ verified token dearer as the context grows; between and beyond them costs are li
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import time
 from bisect import bisect_left
 from collections.abc import Callable
@@ -21,6 +19,7 @@ from pathlib import Path
 import platformdirs
 
 from localspec.backend.model import Model
+from localspec.json_file import write_json
 
 CACHE_FILE = "decode-costs.json"
 CACHE_VERSION = 5
@@ -164,11 +163,7 @@ class CostCache:
         # Entries of files that are gone, or of older versions, would only pile up.
         data = {k: v for k, v in data.items() if _live(k)}
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1)
-            os.replace(tmp, self.path)
+            write_json(self.path, data)
         except OSError:
             pass  # a read-only cache only costs a new measurement next time
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model
-from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_MAX_TOKENS
+from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MIN, DEFAULT_MAX_TOKENS
 from localspec.drafters.base import Draft, Drafter, DraftSettings
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.costs import DecodeCosts
@@ -44,7 +44,7 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = 0  # whenever drafting, the first draft_min tokens are drafted unconditionally
+    draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
     draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
     drafting: DraftSettings = field(default_factory=DraftSettings)
 

@@ -172,11 +172,12 @@ def _fetch_blob(spec: FileSpec, file: RemoteFile, progress: DownloadProgress, ca
     meta = get_hf_file_metadata(hf_hub_url(spec.repo, file.path, revision=spec.revision))
     if meta.etag != file.sha256:
         return
-    folder = Path(cache_dir or constants.HF_HUB_CACHE) / repo_folder_name(repo_id=spec.repo, repo_type="model")
-    blob = folder / "blobs" / file.sha256
+    cache = Path(cache_dir or constants.HF_HUB_CACHE)
+    folder = repo_folder_name(repo_id=spec.repo, repo_type="model")
+    blob = cache / folder / "blobs" / file.sha256
     if blob.exists():
         return
-    lock = Path(cache_dir or constants.HF_HUB_CACHE) / ".locks" / folder.name / f"{file.sha256}.lock"
+    lock = cache / ".locks" / folder / f"{file.sha256}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     blob.parent.mkdir(parents=True, exist_ok=True)
     partial = blob.with_name(blob.name + PARTIAL_SUFFIX)

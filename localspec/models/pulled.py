@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import platformdirs
 
+from localspec.json_file import write_json
 from localspec.models import hub
 from localspec.errors import LocalspecError
 from localspec.models.registry import ALIAS_NAME, APP_NAME, Alias, FileSpec, check_alias_name, load_registry
@@ -77,14 +77,8 @@ def read_manifest(alias: str) -> Manifest | None:
 
 
 def write_manifest(manifest: Manifest) -> None:
-    folder = manifests_dir()
-    folder.mkdir(parents=True, exist_ok=True)
     data = {"alias": manifest.alias, "files": {r: [asdict(f) for f in fs] for r, fs in manifest.files.items()}}
-    # Written beside and renamed, so an interrupted write never leaves a half manifest.
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, record_path(manifest.alias))
+    write_json(record_path(manifest.alias), data)
 
 
 def read_manifest_or_none(alias: str) -> Manifest | None:
@@ -184,14 +178,12 @@ def fetch(
         manifest.files[role] = []
         for remote in files:
             path = hub.download(spec, remote, progress, local_dir, cache_dir)
-            record = PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
-            if check or (record.repo, record.path, record.local, record.size, record.sha256) not in verified:
-                if _problem(path, remote, progress):
-                    hub.remove_downloaded(path)  # damaged since (or never right): fetch it once more
-                    path = hub.download(spec, remote, progress, local_dir, cache_dir)
-                    record = PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
-                    _verify(path, remote, progress)
-            manifest.files[role].append(record)
+            seen = (spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
+            if (check or seen not in verified) and _problem(path, remote, progress):
+                hub.remove_downloaded(path)  # damaged since (or never right): fetch it once more
+                path = hub.download(spec, remote, progress, local_dir, cache_dir)
+                _verify(path, remote, progress)
+            manifest.files[role].append(PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256))
     write_manifest(manifest)
     return manifest
 
