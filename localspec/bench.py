@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,13 +12,16 @@ from pathlib import Path
 
 from localspec.backend.model import Model
 from localspec.drafters.base import Drafter
-from localspec.engine.costs import DecodeCosts
+import numpy as np
+
+from localspec.engine.clock import Clock
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.engine.ties import compare_greedy
+from localspec.engine.ties import TIE_TOLERANCE, compare_greedy
 from localspec.errors import LocalspecError
 from localspec.loader import make_drafter
 from localspec.prompt import prompt_tokens
+from localspec.sampling import Coupling, distribution
 from localspec.settings import Settings
 from localspec.text_input import read_file
 
@@ -26,6 +30,7 @@ BASELINE = "baseline"
 MODES = {
     "baseline": ("none", "fixed", "the target alone"),
     "draft": ("draft-model", "fixed", "draft model, fixed length (--draft-max every step, as llama.cpp)"),
+    **{f"fixed-{k}": ("draft-model", "fixed", f"draft model, {k} tokens every step") for k in (4, 8, 16)},
     "auto": ("draft-model", "auto", "draft model, length chosen per step by the auto controller (the default of run)"),
     "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
     "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
@@ -81,6 +86,9 @@ class Sample:
     n_steps: int
     tokens: list[int]
     prompt_tokens: list[int]
+    n_steps_drafted: int = 0
+    costs_ms: dict[str, float] = field(default_factory=dict)  # what the engine's costs stood at after it
+    notes: list[str] = field(default_factory=list)  # why auto stopped a drafter
 
 
 @dataclass
@@ -92,6 +100,9 @@ class ModeSummary:
     acceptance_rate: float
     mean_accepted_length: float  # tokens emitted per target pass
     n_prompts: int
+    drafted_steps: float  # share of steps that verified a draft
+    mean_draft_length: float  # draft tokens per drafted step
+    costs_ms: dict[str, float]  # the costs decisions rested on at the mode's last sample
 
 
 @dataclass
@@ -123,6 +134,7 @@ class BenchResult:
         ratios = [tps[pid] / base_tps[pid] for pid in tps if base_tps.get(pid, 0) > 0]
         drafted = sum(s.n_drafted for s in chosen)
         steps = sum(s.n_steps for s in chosen)
+        drafted_steps = sum(s.n_steps_drafted for s in chosen)
         return ModeSummary(
             mode=mode,
             category=category,
@@ -131,6 +143,9 @@ class BenchResult:
             acceptance_rate=sum(s.n_accepted for s in chosen) / drafted if drafted else 0.0,
             mean_accepted_length=sum(s.n_generated for s in chosen) / steps if steps else 0.0,
             n_prompts=len(per_prompt),
+            drafted_steps=drafted_steps / steps if steps else 0.0,
+            mean_draft_length=drafted / drafted_steps if drafted_steps else 0.0,
+            costs_ms=chosen[-1].costs_ms if chosen else {},
         )
 
     def to_json(self) -> dict:
@@ -148,6 +163,9 @@ class BenchResult:
                     "n_drafted": s.n_drafted,
                     "n_accepted": s.n_accepted,
                     "n_steps": s.n_steps,
+                    "n_steps_drafted": s.n_steps_drafted,
+                    "costs_ms": s.costs_ms,
+                    "notes": s.notes,
                 }
                 for s in self.samples
             ],
@@ -159,6 +177,13 @@ class Mode:
     name: str
     drafter: Drafter | None
     draft_mode: str  # "auto" or "fixed"
+    draft_max: int | None = None  # None: --draft-max
+
+    @staticmethod
+    def named(name: str, drafter: Drafter | None) -> Mode:
+        _kind, draft_mode, _what = MODES[name]
+        length = name.removeprefix("fixed-")
+        return Mode(name, drafter, draft_mode, int(length) if length.isdigit() else None)
 
 
 def choose_modes(names: Sequence[str], has_draft: bool) -> list[str]:
@@ -175,7 +200,7 @@ def choose_modes(names: Sequence[str], has_draft: bool) -> list[str]:
 
 
 def make_modes(names: Sequence[str], target: Model, draft: Model | None, settings: Settings) -> list[Mode]:
-    return [Mode(n, make_drafter(MODES[n][0], target, draft, settings), MODES[n][1]) for n in names]
+    return [Mode.named(n, make_drafter(MODES[n][0], target, draft, settings)) for n in names]
 
 
 def run_bench(
@@ -183,20 +208,27 @@ def run_bench(
     modes: Sequence[Mode],
     prompts: Sequence[BenchPrompt],
     config: GenerationConfig,
-    costs: DecodeCosts | None,
+    clock: Clock | None = None,
     repeat: int = 1,
     raw: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> Iterator[Sample]:
     """Yield one Sample per (prompt, mode, repeat); modes run interleaved per prompt so that machine
-    drift affects them alike."""
-    engines = {m.name: (SpeculativeEngine(target, m.drafter, m.drafter.name if m.drafter else "none", costs), replace(config, draft_mode=m.draft_mode)) for m in modes}
+    drift affects them alike (and, under a simulated clock, the same stretch of a drifting profile).
+    Every mode runs with config's seed (see `seeded`)."""
+    engines = {
+        m.name: (
+            SpeculativeEngine(target, m.drafter, m.drafter.name if m.drafter else "none", clock),
+            replace(config, draft_mode=m.draft_mode, draft_max=m.draft_max or config.draft_max),
+        )
+        for m in modes
+    }
     warm = prompt_tokens(target, "Hello", raw)
     for engine, cfg in engines.values():
         drain(engine.generate(warm, replace(cfg, max_tokens=8)))
     for prompt in prompts:
         tokens = prompt_tokens(target, prompt.text, raw)
-        if len(tokens) + config.max_tokens + config.draft_max + 1 > target.n_ctx:
+        if len(tokens) + config.max_tokens + max(c.draft_max for _e, c in engines.values()) + 1 > target.n_ctx:
             progress(f"skipped {prompt.id}: prompt of {len(tokens)} tokens does not fit --ctx")
             continue
         for r in range(repeat):
@@ -204,11 +236,36 @@ def run_bench(
                 done = drain(engine.generate(tokens, cfg))
                 s = done.stats
                 progress(f"{prompt.category} {prompt.id} {mode} #{r + 1}: {s.tokens_per_second:.1f} tok/s")
-                yield Sample(mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps, done.tokens, tokens)
+                yield Sample(
+                    mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps,
+                    done.tokens, tokens, s.n_steps_drafted, s.costs_ms, s.notes,
+                )
 
 
-def check_greedy(target: Model, result: BenchResult) -> None:
-    """Fill result.ties and result.mismatches from the samples (greedy runs only)."""
+def seeded(config: GenerationConfig) -> GenerationConfig:
+    """config with a seed of its own where it asks for a random one: every mode must run with the
+    same seed for coupled runs to be compared token by token."""
+    return config if config.seed is not None else replace(config, seed=secrets.randbits(63))
+
+
+def comparable(config: GenerationConfig) -> bool:
+    """Whether every mode must reproduce the baseline's tokens: greedy, or coupled at any temperature."""
+    return config.sampling.greedy or config.verify == "coupled"
+
+
+def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) -> None:
+    """Fill result.ties and result.mismatches from the samples (runs that are `comparable`)."""
+    score, tolerance = None, TIE_TOLERANCE
+    if not config.sampling.greedy:
+        coupling = Coupling(config.seed or 0)
+
+        def score(logits: np.ndarray, position: int) -> np.ndarray:
+            p = distribution(logits, config.sampling)
+            ids = np.arange(len(p))
+            with np.errstate(divide="ignore"):
+                return np.log(p) + coupling.gumbel(position, ids)
+
+        tolerance = TIE_TOLERANCE / config.sampling.temperature
     reference = {s.prompt.id: s.tokens for s in result.samples if s.mode == BASELINE}
     seen: set[tuple[str, str]] = set()
     for s in result.samples:
@@ -216,7 +273,7 @@ def check_greedy(target: Model, result: BenchResult) -> None:
         if s.mode == BASELINE or key in seen or s.prompt.id not in reference:
             continue
         seen.add(key)
-        div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens)
+        div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens, score, tolerance)
         if div is None:
             continue
         entry = {"mode": s.mode, "prompt_id": s.prompt.id, "index": div.index, "expected": div.expected, "got": div.got, "margin": div.margin}

@@ -61,6 +61,9 @@ class ChatSession:
     # correlated, and the same question after /reset would get the same answer. /set seed restarts
     # it, so a seeded conversation repeats as a whole.
     rng: np.random.Generator = field(init=False)
+    # Replies since the seed was set: --verify coupled keys its noise by it, so replies differ from
+    # one another while a seeded conversation repeats.
+    generation: int = field(default=0, init=False)
     # Where the conversation is kept before each reply (chat --resume reads it back), or None.
     autosave: Path | None = None
 
@@ -99,7 +102,8 @@ class ChatSession:
         cancel = self.loaded.cancel
         cancel.clear()
         config = self.settings.generation_config()
-        for ev in self.loaded.engine.generate(tokens, config, cancel, self.rng):
+        generation, self.generation = self.generation, self.generation + 1
+        for ev in self.loaded.engine.generate(tokens, config, cancel, self.rng, generation):
             if isinstance(ev, DoneEvent):
                 self.messages.append({"role": "assistant", "content": ev.text})
                 self.totals.add(ev)
@@ -124,7 +128,7 @@ class ChatSession:
         except SettingError as e:
             raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         if name == "seed":
-            self.rng = np.random.default_rng(self.settings.rng_seed)
+            self.rng, self.generation = np.random.default_rng(self.settings.rng_seed), 0
         return f"{key} = {parsed}"
 
     def reset(self) -> None:

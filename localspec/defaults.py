@@ -25,6 +25,7 @@ DEFAULT_DRAFT_P_SPLIT = 0.1  # llama.cpp's default
 MAX_DRAFT_BRANCHES = 16
 MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
 DRAFT_MODES = ("auto", "fixed")
+VERIFY_MODES = ("standard", "coupled")
 DEFAULT_LOOKUP_MIN = 2
 DEFAULT_LOOKUP_MAX = 4
 

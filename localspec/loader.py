@@ -21,12 +21,10 @@ from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
-from localspec.engine.costs import CostCache, DecodeCosts, pair_costs
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
 from localspec.settings import Settings
-from localspec.text_input import note
 
 DRAFTERS = ("none", "ngram", "draft-model", "tree", "chain")
 
@@ -161,22 +159,10 @@ def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settin
     return ChainDrafter([NgramDrafter(), model]) if kind == "chain" else model
 
 
-def measure_costs(
-    target: Model, draft: Model | None, draft_max: int, notify: Callable[[str], None] = note
-) -> DecodeCosts | None:
-    """Decode costs for the auto controller (cached per model file); None where they cannot be measured."""
-    try:
-        return pair_costs(target, draft, draft_max, CostCache(notify=notify))
-    except RuntimeError:  # a model that cannot roll back its state
-        return None
-
-
 def load(files: ModelFiles, settings: Settings, cancel: threading.Event | None = None, verbose: bool = False) -> Loaded:
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
     target, draft = load_models(files, settings, cancel, verbose)
     drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings)
-    costs = measure_costs(target, draft, settings.draft_max) if drafter and settings.draft_mode == "auto" else None
-    name = drafter.name if drafter else "none"
-    engine = SpeculativeEngine(target, drafter, name, costs)
+    engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

@@ -89,3 +89,38 @@ def accept_draft_token(
     if residual.sum() <= 0.0:  # p == q up to rounding: rejection had probability ~0
         residual = p
     return False, sample(residual, rng)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class Coupling:
+    """--verify coupled: every token is the argmax of log p + g over the final distribution's
+    support, g being Gumbel noise from a counter-based generator keyed by (seed, generation within
+    the session, absolute position, token id). Gumbel-max draws exactly from p, and the draft
+    proposes the same argmax over its own q with the same noise, so a draft token is accepted iff
+    the two agree: the text is a function of the seed alone, with any draft, any length or none
+    (Daliri, Musco, Suresh 2024, arXiv 2408.07978)."""
+
+    seed: int
+    generation: int = 0
+
+    def gumbel(self, position: int, ids: np.ndarray) -> np.ndarray:
+        mask = (1 << 64) - 1
+        key = _mix(np.array([self.seed & mask], dtype=np.uint64))
+        key = _mix(key ^ np.uint64(self.generation & mask))
+        key = _mix(key ^ np.uint64(position & mask))
+        bits = _mix(key ^ (ids.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)))
+        u = ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+        return -np.log(-np.log(u))
+
+    def choose(self, probs: np.ndarray, position: int) -> int:
+        """The token at `position` under the final distribution `probs` (of target or draft)."""
+        support = np.flatnonzero(probs)
+        scores = np.log(probs[support]) + self.gumbel(position, support)
+        return int(support[int(np.argmax(scores))])

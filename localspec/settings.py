@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from localspec import defaults
-from localspec.defaults import DRAFT_MODES, MAX_DRAFT
+from localspec.defaults import DRAFT_MODES, MAX_DRAFT, VERIFY_MODES
 from localspec.errors import LocalspecError
 
 LOAD = "load"
@@ -83,12 +83,13 @@ class Settings:
     top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
     top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
     min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
-    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed: same command and machine, same output (in chat: the same conversation); -1: a random one.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation) at temp 0 always, and at temp > 0 with --verify coupled (any drafting) or with --draft-mode fixed on the same machine.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
     stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", api="stop", alias=False, help="Stop at this text (repeatable)."))
     draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
     draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
     draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
-    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft only while it beats plain decoding (measured costs, what drafting yielded so far), token by token while the draft is sure enough to pay; fixed: always up to --draft-max.", check=_one_of(DRAFT_MODES)))
+    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max.", check=_one_of(DRAFT_MODES)))
+    verify: str = field(default="standard", metadata=_about(flag="--verify", api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", check=_one_of(VERIFY_MODES)))
     draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", check=_one_of(DRAFT_POLICIES)))
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
     lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up.", check=_within(1, 64)))
@@ -133,6 +134,7 @@ class Settings:
             draft_max=self.draft_max,
             draft_min=self.draft_min,
             draft_mode=self.draft_mode,
+            verify=self.verify,
             drafting=DraftSettings(
                 p_min=self.draft_p_min,
                 policy=self.draft_policy,

@@ -11,8 +11,10 @@ from typer.testing import CliRunner
 import localspec.bench
 from localspec.cli.app import app
 
-SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_accepted_length", "n_prompts"}
-SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps"}
+SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_accepted_length", "n_prompts",
+                "drafted_steps", "mean_draft_length", "costs_ms"}
+SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps",
+               "n_steps_drafted", "costs_ms", "notes"}
 
 
 @pytest.fixture()
@@ -36,7 +38,7 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
     res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"summary", "ties", "mismatches", "samples"}
+    assert set(out) == {"summary", "ties", "mismatches", "samples", "cost_profile"} and out["cost_profile"] is None
     assert out["mismatches"] == []
     assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}
     assert len(out["samples"]) == 3 * 5 * 2  # prompts x modes (baseline added) x repeats
@@ -76,3 +78,43 @@ def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prom
     assert res.exit_code == 1
     mismatches = json.loads(res.stdout)["mismatches"]
     assert {m["prompt_id"] for m in mismatches} == {"a1", "a2", "b1"} and all(m["index"] == 3 for m in mismatches)
+
+
+def test_cost_profiles_replay_recorded_and_simulated_costs(tiny: TinyModels, prompts, tmp_path):
+    recorded = tmp_path / "costs.json"
+    common = ("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "-n", "16", "--json")
+    res = bench(*common, "--modes", "fixed-4,auto", "--record-costs", str(recorded))
+    assert res.exit_code == 0, res.output
+    assert json.loads(recorded.read_text())["verify"]
+    for profile in ("gpu:6", "drift", str(recorded)):
+        res = bench(*common, "--modes", "fixed-4,auto", "--cost-profile", profile)
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        assert out["cost_profile"] and out["mismatches"] == []
+        auto = next(r for r in out["summary"] if r["mode"] == "auto" and r["category"] == "all")
+        assert auto["speedup"] > 0 and 0 < auto["drafted_steps"] <= 1 and auto["costs_ms"]["target_1_ms"] > 0
+    # Simulated time is deterministic: the same profile gives the same figures.
+    again = [json.loads(bench(*common, "--modes", "auto", "--cost-profile", "gpu:3").stdout)["summary"] for _ in range(2)]
+    assert again[0] == again[1]
+
+
+def test_bad_cost_profiles_are_one_line_errors(tiny: TinyModels, prompts, tmp_path):
+    common = ("-m", str(tiny.target), "--prompts", str(prompts), "-n", "4")
+    for args, fragment in (
+        (("--cost-profile", "gpu:0.5"), "gpu:R needs a draft cost ratio R > 1"),
+        (("--cost-profile", str(tmp_path / "none.json")), "no such file"),
+        (("--cost-profile", "gpu", "--record-costs", str(tmp_path / "x.json")), "cannot go with --cost-profile"),
+    ):
+        res = bench(*common, *args)
+        assert res.exit_code == 1 and fragment in res.output, res.output
+
+
+def test_coupled_sampling_is_checked_token_by_token(tiny: TinyModels, prompts):
+    res = bench("-m", str(tiny.target), "-d", str(tiny.poor), "--prompts", str(prompts), "--modes", "fixed-4,auto,ngram",
+                "-n", "24", "--temp", "0.9", "--verify", "coupled", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    # Every mode's text equals the coupled baseline's, drafts accepted or not.
+    assert out["mismatches"] == [] and out["ties"] == []
+    assert all(s["n_generated"] == 24 for s in out["samples"])
+    assert sum(s["n_drafted"] for s in out["samples"]) > 0

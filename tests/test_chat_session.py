@@ -91,3 +91,21 @@ def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
     listing = session.current()
     assert "temp = 0.3" in listing and "draft-policy = 'greedy'" in listing and "draft-p-min = 0.0" in listing
     assert not any(line.startswith(("ctx ", "threads ", "draft-branches ")) for line in listing)
+
+
+def test_set_draft_mode_auto_after_fixed_decides_from_the_next_reply(loaded):
+    session = ChatSession(loaded, Settings(temp=0.0, max_tokens=40, draft_mode="fixed", draft_max=4))
+    fixed = drain(session.reply("the cat", print)).stats
+    assert fixed.draft_mode == "fixed" and fixed.n_steps_drafted == fixed.n_steps
+    session.set_option("draft-mode", "auto")
+    auto = drain(session.reply("a dog", print)).stats
+    # The costs timed in the fixed reply carry over: auto's choices show in the next reply's stats.
+    assert auto.draft_mode == "auto" and auto.costs_ms["target_1_ms"] > 0
+    assert 0 < auto.n_steps_drafted <= auto.n_steps and auto.n_drafted > 0
+
+
+def test_a_coupled_seeded_conversation_repeats_under_auto(loaded):
+    coupled = Settings(temp=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=5, verify="coupled", draft_mode="auto")
+    first = answers(ChatSession(loaded, coupled), ["the cat", "the cat"], reset=True)
+    assert first[0] != first[1]  # each reply its own noise
+    assert answers(ChatSession(loaded, coupled), ["the cat", "the cat"], reset=True) == first

@@ -1,46 +1,106 @@
-"""Decode costs: the catch-up a lagging draft pays, the cost cache, and the draft's catch-up window."""
-
-from __future__ import annotations
+"""Costs learned from the steps run, the clocks that time them, cost profiles, and the draft's
+catch-up window."""
 
 import json
-import shutil
 
 import pytest
 from conftest import TinyModels, model_options
+from cost_tables import live_costs
 
 from localspec.backend.model import Model
 from localspec.drafters.view import DraftView
-from localspec.engine.costs import CACHE_VERSION, MAX_CATCH_UP, CostCache, DecodeCosts, pair_costs
+from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock, WallClock
+from localspec.engine.costs import LiveCosts
+from localspec.engine.profiles import FORMAT, RecordedProfile, load_profile
+from localspec.errors import LocalspecError
 
 
-def test_a_lagging_draft_pays_for_what_it_missed_up_to_the_catch_up_window():
-    c = DecodeCosts({1: 1.0}, draft_token={"draft-model": 0.1}, draft_catch_up={"draft-model": 0.05}, draft_behind={"draft-model": 0.02})
-    assert c.draft("draft-model", 3) == pytest.approx(0.35)
-    assert c.draft("draft-model", 3, behind=2) == pytest.approx(0.35)  # the usual two tokens
-    assert c.draft("draft-model", 3, behind=10) == pytest.approx(0.35 + 8 * 0.02)
-    assert c.draft("draft-model", 3, behind=500) == c.draft("draft-model", 3, behind=MAX_CATCH_UP)
-    assert c.draft("draft-model", 0, behind=500) == 0.0
+def test_the_first_step_s_numbers_are_usable_at_once():
+    costs = LiveCosts()
+    assert not costs.known
+    costs.observe_verify(1, 0.04)
+    assert costs.known and costs.verify(1) == pytest.approx(0.04)
+    assert costs.verify(5) > costs.verify(1)  # wider passes: a prior shape until one is seen
+    costs.observe_verify(5, 0.10)
+    assert costs.verify(5) == pytest.approx(0.10)
+    assert costs.verify(3) == pytest.approx(0.07)  # between what was seen: interpolated
 
 
-def test_costs_are_measured_once_and_stale_entries_pruned(tiny: TinyModels, tmp_path):
-    path = tmp_path / "costs.json"
-    gone = tmp_path / "deleted.gguf"
-    path.write_text(json.dumps({f"v{CACHE_VERSION}|{gone}|1|2": {"near": {"1": 1.0}}, "v1|old": {}}))
-    target_file, draft_file = tmp_path / "t.gguf", tmp_path / "d.gguf"
-    shutil.copy(tiny.target, target_file)
-    shutil.copy(tiny.close, draft_file)
-    with Model(target_file, model_options()) as target, Model(draft_file, model_options()) as draft:
-        first = pair_costs(target, draft, 4, CostCache(path))
-        entries = json.loads(path.read_text())
-        assert len(entries) == 2 and all(str(target_file) in k for k in entries)  # target + pair
-        assert first.near.keys() == {1, 2, 3, 4, 5} and first.far_context > 0
-        assert first.draft_behind["draft-model"] >= 0.0 and first.draft_token["draft-model"] > 0.0
-        again = pair_costs(target, draft, 4, CostCache(path))
-        assert again == first  # read back, not measured anew
-    draft_file.unlink()
-    with Model(target_file, model_options()) as target:
-        pair_costs(target, None, 6, CostCache(path))  # larger batches: measured, and the file rewritten
-    assert list(json.loads(path.read_text())) == [k for k in entries if not k.startswith("pair")]
+def test_a_busy_machine_moves_the_level_and_keeps_the_shape():
+    costs = live_costs({1: 0.04, 2: 0.072, 9: 0.13})
+    for _ in range(10):  # everything now takes 1.5x as long
+        costs.observe_verify(9, 0.195)
+        costs.observe_verify(1, 0.06)
+    assert costs.verify(1) == pytest.approx(0.06, rel=0.05)
+    assert costs.verify(2) / costs.verify(1) == pytest.approx(1.8, rel=0.05)  # never seen busy, still right
+    for _ in range(10):  # and idle again
+        costs.observe_verify(9, 0.13)
+        costs.observe_verify(1, 0.04)
+    assert costs.verify(1) == pytest.approx(0.04, rel=0.05)
+
+
+def test_an_outlier_moves_an_estimate_by_a_bounded_step():
+    costs = live_costs({1: 0.04, 8: 0.1})
+    costs.observe_verify(1, 4.0)  # the process was descheduled for a moment
+    assert costs.verify(1) < 0.04 * 2
+
+
+def test_the_shape_is_anchored_when_a_one_token_pass_comes_after_wider_ones():
+    costs = LiveCosts()
+    costs.observe_verify(5, 0.1)  # a fixed-mode engine's first step
+    costs.observe_verify(1, 0.05)
+    assert costs.verify(1) == pytest.approx(0.05)
+    assert costs.verify(5) == pytest.approx(0.1)
+
+
+def test_draft_calls_are_fitted_as_a_fixed_part_and_a_part_per_pass():
+    costs = LiveCosts()
+    for passes in (1, 2, 4, 8, 3, 5):
+        costs.observe_draft("draft-model", passes, 0.002 + 0.005 * passes)
+    assert costs.draft("draft-model", 6) == pytest.approx(0.032, rel=0.01)
+    assert costs.summary(5)["draft-model_call_ms"] == pytest.approx(2.0, rel=0.05)
+    costs.observe_draft("ngram", 0, 0.0001)
+    assert costs.draft("ngram", 4) == pytest.approx(0.0001)  # prompt lookup runs no pass
+
+
+def test_wall_clock_charges_what_was_measured_and_records_it():
+    clock = WallClock({"format": FORMAT})
+    assert clock.verify(3, 10, 0.02) == 0.02 and clock.draft("draft-model", 2, 0.01) == 0.01
+    assert clock.record["verify"] == [[3, 10, 0.02]] and clock.record["draft"] == {"draft-model": [[2, 0.01]]}
+    replay = RecordedProfile.from_record("x", clock.record)
+    assert replay.verify(3, 0, 0.0) == 0.02 and replay.draft("draft-model", 2, 0.0) == pytest.approx(0.01)
+
+
+def test_a_simulated_clock_charges_the_profile_and_keeps_its_own_time():
+    gpu = GpuProfile(ratio=6)
+    clock = SimulatedClock(gpu)
+    charged = clock.verify(9, 0, measured=123.0)
+    assert charged == pytest.approx(gpu.verify(9, 0, 0.0)) and clock.now() == charged
+    assert gpu.verify(9, 0, 0) < 1.05 * gpu.verify(1, 0, 0)  # a GPU: wide passes cost about one token
+    assert gpu.draft("draft-model", 1, 0) == pytest.approx(gpu.a / 6 + 1.5 * gpu.overhead)
+
+
+def test_drift_swings_costs_by_the_amplitude():
+    drift = DriftProfile(GpuProfile())
+    seen = [drift.verify(1, 0, t * 1e-3) / GpuProfile().verify(1, 0, 0) for t in range(1000)]
+    assert min(seen) == pytest.approx(0.7, abs=0.02) and max(seen) == pytest.approx(1.3, abs=0.02)
+
+
+def test_profiles_by_name_and_from_a_recorded_file(tmp_path):
+    cpu = load_profile("cpu")
+    assert cpu.verify(9, 0, 0) > 2 * cpu.verify(1, 0, 0)  # the 2-core testbed: wide passes are dear
+    assert load_profile("gpu:12").ratio == 12
+    assert load_profile("drift").name == "drift:cpu"
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"format": FORMAT, "verify": [[1, 0, 0.01], [1, 5, 0.03], [4, 0, 0.05]], "draft": {}}))
+    mine = load_profile(str(path))
+    assert mine.verify(1, 0, 0) == pytest.approx(0.02) and mine.verify(7, 0, 0) == pytest.approx(0.08)
+    for bad in ("gpu:1", "gpu:x", "nosuch"):
+        with pytest.raises(LocalspecError):
+            load_profile(bad)
+    path.write_text("{}")
+    with pytest.raises(LocalspecError, match="not one `bench --record-costs` wrote"):
+        load_profile(str(path))
 
 
 def test_a_draft_that_sat_out_catches_up_on_the_newest_tokens_only(tiny: TinyModels):

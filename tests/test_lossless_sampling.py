@@ -12,8 +12,8 @@ configuration's actual cells. Each of the matrix's 2 x len(MATRIX) tests runs at
 FAMILY_ALPHA / (2 x len(MATRIX)), so the chance of any false alarm over the whole run stays under
 FAMILY_ALPHA (Bonferroni).
 
-The matrix crosses the drafting modes (fixed, auto with costs that make it draft partially, argmax
-proposals, tree, prompt lookup, their chain) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
+The matrix crosses the drafting modes (fixed, auto under each simulated cost profile, argmax
+proposals, tree, prompt lookup, their chain, coupled verification) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
 with vocabularies of different sizes (either model padded): every pair of values of any two of
 these factors appears in some configuration."""
 
@@ -35,7 +35,8 @@ from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
-from localspec.engine.costs import DecodeCosts
+from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock
+from localspec.engine.profiles import RecordedProfile
 from localspec.engine.events import DoneEvent, StepEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling import SamplingParams, distribution
@@ -52,14 +53,19 @@ PROMPT = "she sat"
 
 PLAIN = SamplingParams(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
 FILTERED = SamplingParams(temperature=0.8, top_k=12, top_p=0.9, min_p=0.05)
-# Costs under which a fresh auto controller keeps a first draft token only if it is accepted with
-# probability above ~0.65, which PROMPT's draft distribution straddles (its top token has
-# q ~ 0.67 plain, 0.8 filtered): deciding by the drawn token's own q there shows at once.
-AUTO_COSTS = DecodeCosts({b: 1.0 + 0.62 * (b - 1) for b in (1, 2, 4, 8)}, draft_token={"draft-model": 0.1, "ngram": 0.0})
+# auto decides from timings: each vocabulary's auto case runs under a simulated cost profile,
+# deterministic and as the controller would meet them: a CPU's shape (each verified token dear), a
+# GPU's (wide passes cost about one token) and the CPU's drifting by +-30%. Costs are scaled so that
+# drafting pays for this unsure pair, the draft's passes being cheap: auto then keeps a draft token
+# only when it is likely accepted, which PROMPT's draft distribution straddles (its top token has
+# q ~ 0.67 plain, 0.8 filtered): deciding by the drawn token's own q there would show at once. (Under
+# the testbed's own cpu profile auto rightly stops drafting a pair this poor after its trial.)
+CPU_SHAPE = RecordedProfile("cpu-shape", {1: 1.0, 2: 1.05, 3: 1.15, 4: 1.3}, {"draft-model": (0.0, 0.005)})
+AUTO_PROFILES = {"same": CPU_SHAPE, "target-padded": GpuProfile(ratio=40), "draft-padded": DriftProfile(CPU_SHAPE, period=2)}
 
 # argmax: the draft model proposing its top token (--draft-policy greedy). ngram has no draft model
 # to pad, so it gets two rows, whose combinations below are complementary.
-MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain")
+MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain", "coupled")
 VOCABS = ("same", "target-padded", "draft-padded")
 # (draft-min/p-min, filtered), in an order that gives the audit's two findings a case each with
 # both models' vocabularies alike: fixed with --draft-min, and auto.
@@ -134,12 +140,14 @@ def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
     drafter = {
         "fixed": model,
         "auto": model,
+        "coupled": model,
         "argmax": model,
         "tree": lambda: TreeDrafter(draft, BRANCHES, target.n_vocab),
         "chain": lambda: ChainDrafter([NgramDrafter(), model()]),
         "ngram": NgramDrafter,
     }[case.mode]()
-    return SpeculativeEngine(target, drafter, case.mode, AUTO_COSTS if case.mode == "auto" else None)
+    clock = SimulatedClock(AUTO_PROFILES[case.vocab]) if case.mode == "auto" else None
+    return SpeculativeEngine(target, drafter, case.mode, clock)
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +169,7 @@ def _config(case: Case, seed: int) -> GenerationConfig:
         draft_max=DRAFT_MAX,
         draft_min=2 if case.draft_min else 0,
         draft_mode="auto" if case.mode == "auto" else "fixed",
+        verify="coupled" if case.mode == "coupled" else "standard",
         drafting=DraftSettings(
             p_min=0.3 if case.draft_min else 0.0,
             policy="greedy" if case.mode == "argmax" else "sample",

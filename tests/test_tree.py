@@ -134,11 +134,12 @@ def test_tree_on_smollm2_matches_target_alone(smollm2_f16, smollm2_q4):
 
 
 def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny):
-    from localspec.engine.controller import AutoController
-    from localspec.engine.costs import DecodeCosts
+    from cost_tables import live_costs
 
-    cheap = DecodeCosts({1: 1.0, 64: 1.05}, draft_token={"tree": 0.01})
-    dear = DecodeCosts({b: 1.0 + 0.5 * (b - 1) for b in (1, 2, 4, 8, 16)}, draft_token={"tree": 0.2})
+    from localspec.engine.controller import AutoController
+
+    cheap = live_costs({1: 1.0, 64: 1.05}, {"tree": 0.01})
+    dear = live_costs({b: 1.0 + 0.5 * (b - 1) for b in (1, 2, 4, 8, 16)}, {"tree": 0.2})
     rng = np.random.default_rng(0)
     widths = {}
     with Model(tiny.close, replace(model_options(), n_seq_max=4)) as d:
@@ -146,7 +147,9 @@ def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny
         context = d.tokenize(PROMPTS[0])
         drafter.begin(context, DraftSettings(p_split=0.1))
         for name, costs in (("cheap", cheap), ("dear", dear)):
-            draft = drafter.propose(context, AutoController(costs, 8).budget(8), GREEDY, rng)
+            controller = AutoController(costs)
+            controller.source("tree").trial = 0  # judged on the costs alone, not drafting on trial
+            draft = drafter.propose(context, controller.budget(8), GREEDY, rng)
             widths[name] = TreeLayout.build(draft.parents).n_seqs if draft.tokens else 0
     assert widths["cheap"] > 1  # the draft's runners-up open side branches when they cost nothing
     assert widths["dear"] <= 1  # and stays a chain (or drafts nothing) when each token is dear

@@ -71,6 +71,7 @@ class Model:
         cparams.no_perf = True
         cparams.abort_callback = self._abort_cb
         self._watching = True
+        self.passes = 0  # llama_decode calls so far: what a drafter's call is costed by
         if self.recurrent:
             cparams.n_rs_seq = options.rollback_snapshots
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
@@ -186,6 +187,7 @@ class Model:
         # llama.cpp calls the abort callback for every graph node, a Python call each time: about 2%
         # of a short pass. Only long passes (prompts) need to stop mid-way; the generation loop
         # checks for Ctrl-C between its short ones.
+        self.passes += 1
         watch = n_tokens >= ABORTABLE_BATCH
         if watch != self._watching:
             cb = self._abort_cb if watch else ctypes.cast(None, llama_cpp.ggml_abort_callback)

@@ -9,9 +9,11 @@ from typing import Annotated
 
 import typer
 
+from localspec.errors import LocalspecError
+
 from localspec.bench import MODES
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
     GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelOpt, RawOpt, ThreadsOpt,
     VerboseOpt, fail, request, user_errors,
 )
@@ -29,7 +31,9 @@ def bench(
     modes: Annotated[str, typer.Option("--modes", help="Comma-separated: " + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items()) + ".")] = "",
     repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
-    temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 every mode is checked token by token against the baseline (default 0).")] = None,
+    temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 (and with --verify coupled at any temperature) every mode is checked token by token against the baseline (default 0).")] = None,
+    cost_profile: Annotated[str | None, typer.Option("--cost-profile", help="Replay the real models under simulated costs and report simulated tokens/s: cpu (the project's 2-core testbed), gpu[:R] (a GPU; draft passes R times cheaper, default 6), drift[:PROFILE] (costs swinging +-30%), or a FILE.json from --record-costs.", rich_help_panel="Benchmark")] = None,
+    record_costs: Annotated[Path | None, typer.Option("--record-costs", help="Write every verification's and draft call's measured cost to FILE.json, to replay this machine elsewhere with --cost-profile FILE.json.", rich_help_panel="Benchmark")] = None,
     ctx: CtxOpt = None,
     threads: ThreadsOpt = None,
     draft_threads: DraftThreadsOpt = None,
@@ -39,6 +43,7 @@ def bench(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    verify: VerifyOpt = None,
     draft_branches: DraftBranchesOpt = None,
     draft_p_split: DraftPSplitOpt = None,
     lookup_min: LookupMinOpt = None,
@@ -48,9 +53,12 @@ def bench(
 ) -> None:
     """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
     given = dict(locals())
-    from localspec.bench import BenchResult, check_greedy, choose_modes, load_prompts, make_modes, run_bench
+    from localspec.bench import BenchResult, check_outputs, choose_modes, comparable, load_prompts, make_modes, run_bench, seeded
     from localspec.cli.views.bench_view import BenchProgress, render_table
-    from localspec.loader import load_models, measure_costs
+    from localspec.engine.clock import SimulatedClock, WallClock
+    from localspec.engine.profiles import FORMAT, load_profile
+    from localspec.json_file import write_json
+    from localspec.loader import load_models
 
     if repeat < 1 or limit < 0:
         raise fail("--repeat must be >= 1 and --limit >= 0")
@@ -58,26 +66,34 @@ def bench(
     with user_errors():
         files, settings = request(given, temp=0.0, max_tokens=BENCH_MAX_TOKENS, seed=0)
         chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], files.draft is not None)
-        config = settings.generation_config()
+        config = seeded(settings.generation_config())
+        if cost_profile and record_costs:
+            raise fail("--record-costs records real costs: it cannot go with --cost-profile")
+        clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
         selected = load_prompts(prompts, category or (), limit)
         target, draft_model = load_models(files, settings, threading.Event(), verbose)
         try:
             bench_modes = make_modes(chosen, target, draft_model, settings)
-            costs = measure_costs(target, draft_model, settings.draft_max)
             total = len(selected) * len(chosen) * repeat
             with BenchProgress(total, quiet=json_out) as progress:
-                for sample in run_bench(target, bench_modes, selected, config, costs, repeat, raw, progress.note):
+                for sample in run_bench(target, bench_modes, selected, config, clock, repeat, raw, progress.note):
                     result.samples.append(sample)
                     progress.advance()
-            if config.sampling.greedy:
-                check_greedy(target, result)
+            if comparable(config):
+                check_outputs(target, result, config)
+            if isinstance(clock, WallClock) and clock.record is not None and record_costs is not None:
+                try:
+                    write_json(record_costs, clock.record)
+                except OSError as e:
+                    raise LocalspecError(f"cannot write {record_costs}: {e.strerror or e}") from None
         finally:
             if draft_model is not None:
                 draft_model.close()
             target.close()
+    simulated = clock.profile.name if isinstance(clock, SimulatedClock) else None
     if json_out:
-        typer.echo(json.dumps(result.to_json()))
+        typer.echo(json.dumps({**result.to_json(), "cost_profile": simulated}))
     else:
-        render_table(result)
+        render_table(result, simulated)
     if result.mismatches:
         raise typer.Exit(1)

@@ -13,7 +13,7 @@ import typer
 
 from localspec import defaults
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     request, signals_stop, user_errors,
@@ -122,6 +122,7 @@ def chat(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    verify: VerifyOpt = None,
     draft_branches: DraftBranchesOpt = None,
     draft_p_split: DraftPSplitOpt = None,
     draft_mode: DraftModeOpt = None,

@@ -26,7 +26,7 @@ EXIT_INTERRUPTED = 130
 MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT = "Model", "Drafting", "Sampling", "Performance", "Output"
 PANELS = {
     "max_tokens": SAMPLING, "temp": SAMPLING, "top_k": SAMPLING, "top_p": SAMPLING, "min_p": SAMPLING,
-    "seed": SAMPLING, "stop": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
+    "seed": SAMPLING, "stop": SAMPLING, "verify": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
     "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE,
 }
 
@@ -60,6 +60,7 @@ DraftMinOpt = Annotated[int | None, _setting("draft_min")]
 DraftPMinOpt = Annotated[float | None, _setting("draft_p_min")]
 DraftModeOpt = Annotated[str | None, _setting("draft_mode")]
 DraftPolicyOpt = Annotated[str | None, _setting("draft_policy")]
+VerifyOpt = Annotated[str | None, _setting("verify")]
 DraftBranchesOpt = Annotated[int | None, _setting("draft_branches")]
 DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
 LookupOpt = Annotated[bool | None, _setting("lookup")]

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, DraftBranchesOpt, DraftPSplitOpt,
+    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
     MODEL, OUTPUT, VerboseOpt, fail, request, signals_stop, user_errors,
@@ -40,6 +40,7 @@ def run(
     draft_min: DraftMinOpt = None,
     draft_p_min: DraftPMinOpt = None,
     draft_policy: DraftPolicyOpt = None,
+    verify: VerifyOpt = None,
     draft_branches: DraftBranchesOpt = None,
     draft_p_split: DraftPSplitOpt = None,
     draft_mode: DraftModeOpt = None,

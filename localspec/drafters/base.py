@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec import defaults
-from localspec.sampling import SamplingParams
+from localspec.sampling import Coupling, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class Draft:
     # What the draft-length controller learns acceptance for (a drafter may tell its kinds of
     # proposal apart); empty means the source.
     kind: str = ""
+    passes: int = 0  # draft-model passes this proposal took (what its call cost is modelled by)
 
     @property
     def key(self) -> str:
@@ -78,9 +79,10 @@ class Draft:
 class Drafter(Protocol):
     name: str
 
-    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         """A new generation starts from `context` (the whole prompt) under `settings`: index or
-        prefill it."""
+        prefill it. With `coupling` (--verify coupled at temp > 0) a drafter that samples proposes
+        the coupled choice under its own distribution instead."""
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator

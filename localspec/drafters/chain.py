@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.base import Budget, Draft, Drafter, DraftSettings
-from localspec.sampling import SamplingParams
+from localspec.sampling import Coupling, SamplingParams
 
 
 class ChainDrafter:
@@ -16,9 +16,9 @@ class ChainDrafter:
     def __init__(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = list(drafters)
 
-    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         for d in self.drafters:
-            d.begin(context, settings)
+            d.begin(context, settings, coupling)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator

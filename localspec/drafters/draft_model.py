@@ -9,7 +9,7 @@ import numpy as np
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import SamplingParams, distribution, max_prob, sample
+from localspec.sampling import Coupling, SamplingParams, distribution, max_prob, sample
 
 
 class DraftModelDrafter:
@@ -27,40 +27,48 @@ class DraftModelDrafter:
         self.model = model
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
+        self.coupling: Coupling | None = None
 
-    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
-        self.settings = settings
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+        self.settings, self.coupling = settings, coupling
         self.view.begin(context)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        greedy = params.greedy or self.settings.policy == "greedy"
-        draft = Draft(probs=None if greedy else [], source=self.name, confidences=[])
+        coupled = self.coupling if not params.greedy else None
+        # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
+        one_hot = params.greedy or self.settings.policy == "greedy" or coupled is not None
+        draft = Draft(probs=None if one_hot else [], source=self.name, confidences=[])
         if not self.view.knows(context[-1]):
             return draft
         max_tokens = budget.limit(self.name, calibrated=True)
         if max_tokens < 1:
             return draft
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
+        passes = self.model.passes
         logits = self.view.sync(context, budget.catch_up(self.name))
         path_p = 1.0
         for n in range(1, max_tokens + 1):
-            q = None if greedy else distribution(logits, params)
+            q = None if params.greedy or (one_hot and coupled is None) else distribution(logits, params)
             confidence = max_prob(logits) if q is None else float(q.max())
             if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.name, confidence)
             if not budget.keep(self.name, path_p, n):
                 break
-            token = int(np.argmax(logits)) if q is None else sample(q, rng)
+            if q is None:
+                token = int(np.argmax(logits))
+            else:
+                token = coupled.choose(q, len(context) + n - 1) if coupled else sample(q, rng)
             draft.tokens.append(token)
             draft.confidences.append(confidence)  # type: ignore[union-attr]
-            if q is not None:
-                draft.probs.append(q)  # type: ignore[union-attr]
+            if draft.probs is not None:
+                draft.probs.append(q)  # type: ignore[arg-type]
             if not budget.extend(self.name, path_p, n):
                 break
             logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
+        draft.passes = self.model.passes - passes
         return draft
 
     def close(self) -> None:

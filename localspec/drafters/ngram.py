@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.drafters.base import Budget, Draft, DraftSettings
-from localspec.sampling import SamplingParams
+from localspec.sampling import Coupling, SamplingParams
 
 
 class NgramDrafter:
@@ -20,7 +20,7 @@ class NgramDrafter:
     def __init__(self) -> None:
         self.begin((), DraftSettings())
 
-    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.n_min, self.n_max = settings.lookup_min, settings.lookup_max
         self._restart(context)
 

@@ -21,7 +21,7 @@ import numpy as np
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import SamplingParams, softmax
+from localspec.sampling import Coupling, SamplingParams, distribution, softmax
 
 
 @dataclass
@@ -30,6 +30,7 @@ class _Branch:
     last: int  # the branch's newest node (-1: none yet)
     probs: np.ndarray  # draft probabilities for the branch's next token
     path_p: float = 1.0  # the chance that everything up to the branch's newest node is accepted
+    lead: int | None = None  # --verify coupled: the branch's coupled choice, its first candidate
 
 
 def _probs(logits: np.ndarray) -> np.ndarray:
@@ -54,10 +55,16 @@ class TreeDrafter:
         self.view = DraftView(model, target_vocab)
         self.branches = branches  # fixed at load: the branches are sequences of the draft's context
         self.settings = DraftSettings()
+        self.coupling: Coupling | None = None
 
-    def begin(self, context: Sequence[int], settings: DraftSettings) -> None:
-        self.settings = settings
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+        self.settings, self.coupling = settings, coupling
         self.view.begin(context)
+
+    def _lead(self, logits: np.ndarray, params: SamplingParams, position: int) -> int | None:
+        if self.coupling is None or params.greedy:
+            return None
+        return self.coupling.choose(distribution(logits, params), position)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
@@ -69,7 +76,10 @@ class TreeDrafter:
         if limit < 1:
             return draft
         model = self.model
-        live = [_Branch(0, -1, _probs(self.view.sync(context, budget.catch_up(self.name))))]
+        passes = model.passes
+        first = self.view.sync(context, budget.catch_up(self.name))
+        live = [_Branch(0, -1, _probs(first), lead=self._lead(first, params, len(context)))]
+        depth = 0
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
         position = len(model.cached)  # the draft's own context may be shorter (drafters/view.py)
@@ -78,6 +88,8 @@ class TreeDrafter:
                 grown: list[_Branch] = []
                 for br in live:
                     order = _top(br.probs, self.branches)
+                    if br.lead is not None:
+                        order = np.array([br.lead, *(t for t in order if t != br.lead)][: self.branches])
                     if len(draft.tokens) >= budget.floor and br.probs[order[0]] < self.settings.p_min:
                         continue  # this branch is too unsure to go on
                     for rank, cand in enumerate(order):
@@ -105,8 +117,10 @@ class TreeDrafter:
                     [draft.tokens[b.last] for b in grown], [position] * len(grown), [[b.seq] for b in grown]
                 )
                 logits = self.view.fit(logits)
+                depth += 1
                 for i, b in enumerate(grown):
                     b.probs = _probs(logits[i])
+                    b.lead = self._lead(logits[i], params, len(context) + depth)
                     if b.seq == 0:
                         main_path.append(draft.tokens[b.last])
                 live = grown
@@ -114,6 +128,7 @@ class TreeDrafter:
         finally:
             # Keep only the top path in sequence 0; the next sync evaluates what the target accepted.
             model.commit_path(0, main_path, n_seqs)
+        draft.passes = model.passes - passes
         return draft
 
     def close(self) -> None:

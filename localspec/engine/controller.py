@@ -1,20 +1,26 @@
 """How many tokens to draft each step.
 
-`fixed` drafts up to --draft-max every step (llama.cpp's behaviour). `auto` learns from the token
-stream what each drafter achieves (engine/estimates.py) and, with the decode costs measured once for
-the model pair, drafts only where that beats plain decoding; when it does not, it probes again
-later, the probe catching the draft up on only the last few tokens so that looking stays cheap.
+`fixed` drafts up to --draft-max every step (llama.cpp's behaviour). `auto` decides from what the
+steps it ran measured: costs (engine/costs.py, timed per pass) and what each drafter's tokens
+achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 
-A drafter that knows how sure it is (a draft model) is asked step by step whether asking pays (the
-tokens its recent steps yielded against their modelled cost), then token by token whether to go on:
-its confidence, calibrated against what the target accepted, gives each token the probability that
-it and all before it get accepted, and a token is worth verifying while that probability buys more
-than the extra cost would earn at the rate decoding already reaches. So confident stretches run
-long and unsure ones stop early. Drafters without a confidence (prompt lookup) get a length from
-the per-position estimates.
+- A drafter it has not seen yet drafts its first steps on trial (at least TRIAL_LENGTH tokens),
+  so acceptance is learned before anything rests on it.
+- Then each step drafts the length with the most expected tokens per second, costs and acceptance
+  as measured so far; a draft model (which knows how sure it is) is judged token by token instead:
+  a token is worth verifying while its calibrated chance of acceptance buys more than its extra
+  cost would earn at the rate decoding reaches.
+- Realized throughput has the last word: each step a drafter drafts is scored by the tokens it
+  yielded beyond what the target alone would have in the same time, and a drafter whose recent
+  steps fall short by more than their noise is benched, whatever the estimates promise (a clearly
+  losing drafter within a few steps; a marginal one, which costs little either way, is not thrown
+  out on one unlucky stretch). Benched drafters are probed at growing intervals; a probe that beats
+  the target alone starts a new trial.
+- Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 
-Its choices depend only on the token stream and the cached costs, never on timings taken during
-the run, so a --seed run stays repeatable."""
+The first step of a fresh engine is a plain one: it times the target alone, so the first token
+comes as fast as without speculation. Decisions depend on timings, so a seeded run at temp > 0
+repeats only with --verify coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
 
@@ -22,25 +28,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import Budget
-from localspec.engine.costs import MAX_CATCH_UP, DecodeCosts
+from localspec.engine.costs import MAX_CATCH_UP, LiveCosts
 from localspec.engine.estimates import DECAY, SourceEstimates, expected_tokens
 
-FIRST_PROBE_AFTER = 8  # steps without drafting before a probe
+TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
+TRIAL_LENGTH = 3  # tokens each of them drafts at least
+PROBE_LENGTH = 2
+FIRST_PROBE_AFTER = 8  # idle steps before a benched drafter is probed
 MAX_PROBE_INTERVAL = 64
-# A probe can win back little, so the draft catches up on only this many of the tokens it missed.
-PROBE_CATCH_UP = 4
-# Drafting must promise this much more than plain decoding: the measured costs carry some error,
-# and a run must never end up slower than the target alone.
-GAIN_MARGIN = 1.05
-# A draft model is asked only while its recent steps beat plain decoding by this much: measured
-# in runs, its steps cost up to a tenth more than the cost model says (the draft runs right after
-# wide target passes, with caches cold), which a smaller margin would turn into a loss.
-ASK_MARGIN = 1.15
-# Probing costs more than the probe itself (the draft must first catch up), so it is only worth it
-# where good drafts would pay well.
-PROBE_MARGIN = 1.25
-# Near its optimum the rate curve is flat, and acceptance comes in runs that the per-position
-# estimates only partly capture: among lengths within this fraction of the best rate, the longest wins.
+PROBE_CATCH_UP = 4  # a probe can win back little: the draft catches up on only this many missed tokens
+REFRESH_STEPS = 48
+REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
+MIN_EVIDENCE = 3.0  # decayed asked steps before realized throughput can bench a drafter
+# A drafter is benched when its mean excess over the target alone is below zero by this many
+# standard errors.
+LOSS_CONFIDENCE = 1.0
+# Expected gains carry estimation error; a length must promise this much over plain decoding.
+GAIN_MARGIN = 1.02
+# Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
+# only partly capture: among lengths within this fraction of the best rate, the longest wins.
 FLAT_TOLERANCE = 0.03
 
 
@@ -66,179 +72,214 @@ class FixedBudget:
 
 
 @dataclass
-class _Schedule:
-    """When a drafter that does not pay is looked at again."""
+class _Source:
+    """What auto knows of one drafter (one kind of proposal, for prompt lookup)."""
 
+    estimates: SourceEstimates = field(default_factory=SourceEstimates)
+    trial: int = TRIAL_STEPS  # trial steps left
+    benched: bool = False
     idle_steps: int = 0
     probe_interval: int = FIRST_PROBE_AFTER
     probing: bool = False
+    # Over the steps it was asked to draft, decayed: their count, tokens and seconds, and the sum
+    # and sum of squares of each one's excess (tokens beyond what the target alone would have
+    # emitted in the same time).
+    steps: float = 0.0
+    tokens: float = 0.0
+    seconds: float = 0.0
+    excess: float = 0.0
+    excess_sq: float = 0.0
+
+    def add(self, tokens: int, seconds: float, plain_rate: float) -> None:
+        d, x = REALIZED_DECAY, tokens - plain_rate * seconds
+        self.steps, self.tokens, self.seconds = self.steps * d + 1, self.tokens * d + tokens, self.seconds * d + seconds
+        self.excess, self.excess_sq = self.excess * d + x, self.excess_sq * d + x * x
+
+    def scale(self, factor: float) -> None:
+        self.steps, self.tokens, self.seconds = self.steps * factor, self.tokens * factor, self.seconds * factor
+        self.excess, self.excess_sq = self.excess * factor, self.excess_sq * factor
+
+    def losing(self) -> bool:
+        """Whether its steps yield fewer tokens than the target alone would, beyond their noise."""
+        if self.steps < MIN_EVIDENCE:
+            return False
+        mean = self.excess / self.steps
+        var = max(self.excess_sq / self.steps - mean * mean, 0.0)
+        return mean + LOSS_CONFIDENCE * (var / self.steps) ** 0.5 < 0
+
+    def realized(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass
 class AutoController:
-    costs: DecodeCosts
-    draft_max: int
-    _estimates: dict[str, SourceEstimates] = field(default_factory=dict)
-    _schedules: dict[str, _Schedule] = field(default_factory=dict)
-    # Decayed tokens emitted and modelled seconds spent: the rate decoding reaches, which a drafted
-    # token's expected gain must beat to be worth its cost.
+    costs: LiveCosts = field(default_factory=LiveCosts)
+    _sources: dict[str, _Source] = field(default_factory=dict)
+    # Decayed tokens and seconds of every step: the rate decoding reaches.
     _tokens: float = 0.0
     _seconds: float = 0.0
-    # Tokens generated so far, and the count when each source last ran: a draft model that sat out
-    # must catch up before it drafts again, which its next step has to pay for.
-    _generated: int = 0
-    _synced_at: dict[str, int] = field(default_factory=dict)
-    # The source allowed to draft this step, and how far behind it was.
-    _asked: tuple[str, int] | None = None
+    _since_plain: int = 0
+    _asked: str | None = None  # the source asked to draft this step
+    notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
 
-    def estimates(self, source: str) -> SourceEstimates:
-        return self._estimates.setdefault(source, SourceEstimates())
+    def source(self, name: str) -> _Source:
+        return self._sources.setdefault(name, _Source())
 
-    def _behind(self, source: str) -> int:
-        return self._generated - self._synced_at.get(source, 0)
+    def estimates(self, name: str) -> SourceEstimates:
+        return self.source(name).estimates
 
-    def _rates(self, source: str, cap: int, context: int, perfect: bool, margin: float) -> list[float]:
-        alphas = [1.0] * cap if perfect else self.estimates(source).alphas(cap)
-        behind = self._behind(source)
-        rates = [margin / self.costs.verify(1, context)]
+    def plain_rate(self) -> float:
+        return 1.0 / self.costs.verify(1)
+
+    def _rates(self, name: str, cap: int) -> list[float]:
+        alphas = self.estimates(name).alphas(cap)
+        rates = [GAIN_MARGIN * self.plain_rate()]
         for k in range(1, cap + 1):
-            cost = self.costs.draft(source, k, context, behind) + self.costs.verify(k + 1, context)
-            rates.append(expected_tokens(alphas, k) / cost)
+            rates.append(expected_tokens(alphas, k) / (self.costs.draft(_kind(name), k) + self.costs.verify(k + 1)))
         return rates
 
-    def best_length(
-        self, source: str, cap: int, context: int = 0, perfect: bool = False, margin: float = GAIN_MARGIN
-    ) -> int:
-        """The k in [0, cap] with the most expected tokens per second (perfect: as if every draft
-        token were accepted)."""
-        cap = min(cap, self.draft_max)
-        rates = self._rates(source, cap, context, perfect, margin)
+    def best_length(self, name: str, cap: int) -> int:
+        """The k in [0, cap] with the most expected tokens per second."""
+        rates = self._rates(name, cap)
         best = max(range(cap + 1), key=rates.__getitem__)
         if best == 0:
             return 0
         return max(k for k in range(1, cap + 1) if rates[k] >= rates[best] * (1 - FLAT_TOLERANCE))
 
-    def rate(self, source: str, cap: int, context: int = 0) -> float:
-        """Tokens per second to beat: what decoding reaches lately, and at least what the
-        per-position estimates promise for `source`."""
-        promised = max(self._rates(source, min(cap, self.draft_max), context, False, 1.0))
-        return max(promised, self._tokens / self._seconds) if self._seconds > 0 else promised
+    def rate(self) -> float:
+        """Tokens per second a drafted token must beat: what decoding reached lately (at least the
+        target alone's). Judging each token against the rate reached so far and drafting on
+        while it beats it climbs to the best rate step by step (Dinkelbach's iteration); a rate
+        promised by the estimates instead would stop drafts short whenever they are optimistic."""
+        realized = self._tokens / self._seconds if self._seconds > 0 else 0.0
+        return max(realized, self.plain_rate())
 
-    def _pays_to_ask(self, source: str, cap: int, context: int, calibrated: bool) -> int:
-        """How many tokens to allow `source` when it is not probing (0: drafting does not pay)."""
-        if not calibrated:
-            return self.best_length(source, cap, context)
-        plain = self.costs.verify(1, context)
-        return min(cap, self.draft_max) if self.estimates(source).asked_rate(plain) > ASK_MARGIN / plain else 0
+    def budget(self, cap: int, floor: int = 0) -> Budget:
+        return _AutoBudget(self, cap, min(floor, cap))
 
-    def budget(self, cap: int, context: int = 0, floor: int = 0) -> Budget:
-        return _AutoBudget(self, cap, context, min(floor, cap))
+    def limit(self, name: str, cap: int, calibrated: bool) -> tuple[int, int]:
+        """(the most tokens `name` may draft this step, how many it must draft unconditionally)."""
+        st = self.source(name)
+        st.probing = False
+        if cap < 1 or not self.costs.seen_single or self._since_plain >= REFRESH_STEPS:
+            return 0, 0
+        if st.trial > 0:
+            k, floor = (cap if calibrated else max(self.best_length(name, cap), TRIAL_LENGTH)), TRIAL_LENGTH
+        elif st.benched:
+            st.idle_steps += 1
+            if st.idle_steps < st.probe_interval:
+                return 0, 0
+            st.idle_steps, st.probing = 0, True
+            k, floor = (cap if calibrated else max(self.best_length(name, cap), PROBE_LENGTH)), PROBE_LENGTH
+        else:
+            best = self.best_length(name, cap)
+            if best == 0:
+                self._bench(name, "its estimated gain does not cover its cost")
+                return 0, 0
+            k, floor = (cap if calibrated else best), 0
+        self._asked = name
+        return min(k, cap), min(floor, cap)
 
-    def limit(self, source: str, cap: int, context: int = 0, calibrated: bool = False) -> int:
-        schedule = self._schedules.setdefault(source, _Schedule())
-        schedule.probing = False
-        k = self._pays_to_ask(source, cap, context, calibrated) if cap >= 1 else 0
-        if k == 0 and cap >= 1 and self.best_length(source, cap, context, perfect=True, margin=PROBE_MARGIN) > 0:
-            schedule.idle_steps += 1
-            if schedule.idle_steps >= schedule.probe_interval:
-                schedule.idle_steps = 0
-                schedule.probing = True
-                # A calibrated drafter's probe drafts while it is sure; another's is one token.
-                k = min(cap, self.draft_max) if calibrated else 1
-        if k > 0:
-            self._asked = (source, self._behind(source))
-            self._synced_at[source] = self._generated
-        return k
+    def catch_up(self, name: str) -> int:
+        return PROBE_CATCH_UP if self.source(name).probing else MAX_CATCH_UP
 
-    def catch_up(self, source: str) -> int:
-        schedule = self._schedules.get(source)
-        return PROBE_CATCH_UP if schedule and schedule.probing else MAX_CATCH_UP
-
-    def pays(self, source: str, path_p: float, n: int, paid: int, cap: int, context: int, rate: float) -> bool:
+    def pays(self, name: str, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
         before it) with probability path_p, later ones as the per-position estimates say (runs of
         acceptance make later positions surer than a token's own confidence tells), and tokens
         past `paid` must still be drafted."""
-        cap = min(cap, self.draft_max)
-        alphas = self.estimates(source).alphas(cap)
-        per_token = self.costs.draft(source, 2, context) - self.costs.draft(source, 1, context)
-        base = self.costs.verify(n, context)
+        alphas = self.estimates(name).alphas(cap)
+        per_pass = self.costs.draft(_kind(name), 2) - self.costs.draft(_kind(name), 1)
+        base = self.costs.verify(n)
         gain, p = 0.0, path_p
         for m in range(n, cap + 1):
             gain += p
-            cost = self.costs.verify(m + 1, context) - base + per_token * (m - paid)
-            if gain > rate * cost:
+            if gain > rate * (self.costs.verify(m + 1) - base + per_pass * (m - paid)):
                 return True
             p *= alphas[m] if m < cap else 0.0
         return False
 
-    def update(self, source: str, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
-        """Learn from a verified draft of `source`: `judged` pairs each drafted token the target
+    def update(self, name: str, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
+        """Learn from a verified draft of `name`: `judged` pairs each drafted token the target
         judged with its draft confidence and whether it was accepted."""
         if drafted:
-            self.estimates(source).observe(drafted, accepted, judged)
+            self.estimates(name).observe(drafted, accepted, judged)
 
-    def record_step(self, verified: int, emitted: int, context: int = 0) -> None:
-        """Count a step (`verified` draft tokens, `emitted` tokens) and its modelled cost towards
-        the rates that decide whether asking a drafter pays."""
-        seconds = self.costs.verify(verified + 1, context)
+    def record_step(self, drafted: int, emitted: int, seconds: float) -> None:
+        """Count a step (`drafted` tokens verified, `emitted` tokens, `seconds` for drafting and
+        verification) towards realized throughput."""
+        plain = self.plain_rate()
         if self._asked is not None:
-            asked, behind = self._asked
+            st = self.source(self._asked)
+            st.add(emitted, seconds, plain)
+            if st.probing:
+                self._after_probe(self._asked, emitted >= plain * seconds)
+            elif st.trial > 0:
+                st.trial -= 1
+            elif st.losing():
+                self._bench(self._asked, f"its steps ran at {st.realized():.1f} tok/s, the target alone at {plain:.1f}")
             self._asked = None
-            # Asked, the drafter paid a pass even if it then drafted nothing.
-            seconds += self.costs.draft(asked, max(verified, 1), context, behind)
-            self.estimates(asked).observe_asked(emitted, seconds)
-            self._reschedule(asked, emitted > 1)
+        self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
-        self._generated += emitted
 
-    def _reschedule(self, source: str, gained: bool) -> None:
-        schedule = self._schedules.setdefault(source, _Schedule())
-        if not schedule.probing:
-            # Drafting: should it stop, the first probe comes soon after.
-            schedule.idle_steps, schedule.probe_interval = 0, FIRST_PROBE_AFTER
-        elif gained:
-            # The probe won something, but one step is thin evidence: look again at once, so that a
-            # good draft that had a bad moment is back within a few steps.
-            schedule.probe_interval = 1
+    def _bench(self, name: str, why: str) -> None:
+        st = self.source(name)
+        if not st.benched:
+            self.notes.append(f"{name} stopped drafting: {why}")
+        st.benched, st.idle_steps = True, 0
+
+    def _after_probe(self, name: str, won: bool) -> None:
+        st = self.source(name)
+        st.probing = False
+        if won:
+            # Fresh evidence from here: a trial, its realized throughput counted anew.
+            st.benched, st.trial, st.probe_interval = False, TRIAL_STEPS, FIRST_PROBE_AFTER
+            st.scale(0.2)
         else:
-            schedule.probe_interval = min(max(schedule.probe_interval, FIRST_PROBE_AFTER) * 2, MAX_PROBE_INTERVAL)
-        schedule.probing = False
+            st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
+
+
+def _kind(name: str) -> str:
+    """The drafter a proposal kind belongs to (prompt lookup learns acceptance per match length,
+    but every kind costs the same call)."""
+    return name.split("-", 1)[0] if name.startswith("ngram") else name
 
 
 @dataclass
 class _AutoBudget:
     controller: AutoController
     cap: int
-    context: int
-    floor: int = 0
-    _rates: dict[str, float] = field(default_factory=dict)
+    floor: int = 0  # --draft-min; raised for a step on trial or probing
+    _rate_now: float | None = None
 
-    def _rate(self, source: str) -> float:
-        if source not in self._rates:
-            self._rates[source] = self.controller.rate(source, self.cap, self.context)
-        return self._rates[source]
+    def _rate(self, name: str) -> float:
+        if self._rate_now is None:
+            self._rate_now = self.controller.rate()
+        return self._rate_now
 
-    def limit(self, source: str, calibrated: bool = False) -> int:
-        k = self.controller.limit(source, self.cap, self.context, calibrated)
-        return max(k, self.floor) if k else 0
+    def limit(self, name: str, calibrated: bool = False) -> int:
+        k, floor = self.controller.limit(name, self.cap, calibrated)
+        if k:
+            self.floor = max(self.floor, floor)
+            return max(k, self.floor)
+        return 0
 
-    def catch_up(self, source: str) -> int:
-        return self.controller.catch_up(source)
+    def catch_up(self, name: str) -> int:
+        return self.controller.catch_up(name)
 
-    def acceptance(self, source: str, confidence: float) -> float:
-        return self.controller.estimates(source).calibrated(confidence)
+    def acceptance(self, name: str, confidence: float) -> float:
+        return self.controller.estimates(name).calibrated(confidence)
 
-    def keep(self, source: str, path_p: float, n: int) -> bool:
+    def keep(self, name: str, path_p: float, n: int) -> bool:
         if n <= self.floor:
             return True
-        return n <= self.cap and self.controller.pays(source, path_p, n, n, self.cap, self.context, self._rate(source))
+        return n <= self.cap and self.controller.pays(name, path_p, n, n, self.cap, self._rate(name))
 
-    def extend(self, source: str, path_p: float, n: int) -> bool:
+    def extend(self, name: str, path_p: float, n: int) -> bool:
         if n >= self.cap:
             return False
         if n < self.floor:
             return True
-        p_next = path_p * self.controller.estimates(source).alphas(n + 1)[n]
-        return self.controller.pays(source, p_next, n + 1, n, self.cap, self.context, self._rate(source))
+        p_next = path_p * self.controller.estimates(name).alphas(n + 1)[n]
+        return self.controller.pays(name, p_next, n + 1, n, self.cap, self._rate(name))

@@ -1,13 +1,11 @@
 """What the auto controller knows of a drafter, learned from the token stream alone.
 
-Three estimates per drafter (per kind of proposal, for prompt lookup):
+Two estimates per drafter (per kind of proposal, for prompt lookup):
 - per draft position, how likely a token there is accepted once all before it were. Acceptance
   comes in runs (a draft that got the first tokens right tends to get the next ones right too), so
   later positions get their own estimates instead of one rate for all;
 - per confidence bucket, how often the target accepted a token the draft was that sure of
-  (a draft model's confidence, calibrated);
-- for drafters asked step by step (draft models), the tokens and modelled seconds of the steps
-  they were asked for: whether asking pays at all."""
+  (a draft model's confidence, calibrated)."""
 
 from __future__ import annotations
 
@@ -25,9 +23,6 @@ CALIBRATION_PRIOR = 2.0  # pseudo-observations of the broader estimate that ever
 # How well confidence predicts acceptance belongs to the model pair more than to the text: it is
 # remembered longer than the per-position estimates.
 CALIBRATION_DECAY = 0.98
-# Before a drafter has been asked, asking is believed to beat plain decoding by this much, as one
-# step's worth of evidence: the first steps try it.
-ASK_PRIOR_GAIN = 1.2
 
 
 def expected_tokens(alphas: Sequence[float], k: int) -> float:
@@ -48,9 +43,6 @@ class SourceEstimates:
     # Per confidence bucket: decayed counts of tokens the target judged, and of those it accepted.
     tried: list[float] = field(default_factory=lambda: [0.0] * (len(CONFIDENCE_EDGES) + 1))
     passed: list[float] = field(default_factory=lambda: [0.0] * (len(CONFIDENCE_EDGES) + 1))
-    # Decayed tokens emitted and modelled seconds spent by the steps this drafter was asked for.
-    asked_tokens: float = 0.0
-    asked_seconds: float = 0.0
 
     def alphas(self, k: int) -> list[float]:
         """Acceptance estimate at positions 0..k-1. Each later position is shrunk towards the one
@@ -77,11 +69,6 @@ class SourceEstimates:
         prior = max(confidence, self.overall())
         return (self.passed[b] + CALIBRATION_PRIOR * prior) / (self.tried[b] + CALIBRATION_PRIOR)
 
-    def asked_rate(self, plain_step: float) -> float:
-        """Tokens per second of the steps this drafter was asked for (plain_step: seconds of a
-        target pass over one token, which scales the prior)."""
-        return (self.asked_tokens + ASK_PRIOR_GAIN) / (self.asked_seconds + plain_step)
-
     def observe(self, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]]) -> None:
         """A verified draft: its length, how many were accepted, and (confidence, accepted) for
         every token the target judged."""
@@ -103,7 +90,3 @@ class SourceEstimates:
                 b = bisect_right(CONFIDENCE_EDGES, confidence)
                 self.tried[b] += 1.0
                 self.passed[b] += ok
-
-    def observe_asked(self, emitted: int, seconds: float) -> None:
-        self.asked_tokens = self.asked_tokens * DECAY + emitted
-        self.asked_seconds = self.asked_seconds * DECAY + seconds

@@ -35,16 +35,24 @@ class DrafterStats:
 @dataclass
 class GenerationStats:
     drafter: str = "none"
+    draft_mode: str = "fixed"
     n_prompt: int = 0
     n_prompt_evaluated: int = 0
     n_generated: int = 0
     n_drafted: int = 0
     n_accepted: int = 0
     n_steps: int = 0
+    n_steps_drafted: int = 0
     prompt_s: float = 0.0
+    first_token_s: float = 0.0  # from the start of the generation (prompt included) to its first token
     elapsed_s: float = 0.0
     load_s: float = 0.0
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
+    # The costs decisions rested on at the end (ms: a one-token target pass, one as wide as the
+    # mean draft plus one, a draft call's fixed part and each draft-model pass), and why auto
+    # stopped a drafter, if it did.
+    costs_ms: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -77,14 +85,19 @@ class GenerationStats:
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
             "n_steps": self.n_steps,
+            "n_steps_drafted": self.n_steps_drafted,
             "acceptance_rate": round(self.acceptance_rate, 6),
             "mean_tokens_per_step": round(self.mean_tokens_per_step, 6),
             "tokens_per_second": round(self.tokens_per_second, 3),
             "elapsed_s": round(self.elapsed_s, 6),
             "prompt_tokens_per_second": round(self.prompt_tokens_per_second, 3),
             "prompt_s": round(self.prompt_s, 6),
+            "first_token_s": round(self.first_token_s, 6),
             "load_s": round(self.load_s, 6),
             "drafter": self.drafter,
+            "draft_mode": self.draft_mode,
+            "costs_ms": self.costs_ms,
+            "notes": self.notes,
             "drafters": {k: asdict(v) for k, v in self.drafters.items()},
         }
 

@@ -26,13 +26,13 @@ import numpy as np
 from localspec.backend.model import DecodeAborted, Model
 from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MIN, DEFAULT_MAX_TOKENS
 from localspec.drafters.base import Draft, Drafter, DraftSettings
+from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController, FixedBudget
-from localspec.engine.costs import DecodeCosts
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
 from localspec.engine.text import TextStream
 from localspec.engine.tree import TreeLayout, verify_tree
 from localspec.errors import LocalspecError
-from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample
+from localspec.sampling import Coupling, SamplingParams, accept_draft_token, distribution, sample
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,29 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    draft_mode: str = "auto"  # auto: the controller picks each step's length; fixed: up to draft_max
+    draft_mode: str = "fixed"  # fixed: up to draft_max every step; auto: the controller decides (the CLI default)
+    verify: str = "standard"  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
 
 
 def verify(
-    logits: np.ndarray, draft: Draft, params: SamplingParams, rng: np.random.Generator
+    logits: np.ndarray,
+    draft: Draft,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    coupling: Coupling | None = None,
+    position: int = 0,
 ) -> tuple[int, int]:
     """Return (number of draft tokens accepted, the target's own next token).
 
-    logits[i] is the target's prediction after the batch's i-th token, i.e. for d_{i+1}."""
+    logits[i] is the target's prediction after the batch's i-th token, i.e. for d_{i+1}, the token
+    at absolute `position` + i."""
     k = len(draft.tokens)
+    if coupling is not None and not params.greedy:
+        for i in range(k + 1):
+            token = coupling.choose(distribution(logits[i], params), position + i)
+            if i == k or token != draft.tokens[i]:
+                return i, token
     if params.greedy:
         choices = np.argmax(logits[: k + 1], axis=1)
         for i, d in enumerate(draft.tokens):
@@ -89,12 +101,15 @@ def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
 
 class SpeculativeEngine:
     def __init__(
-        self, target: Model, drafter: Drafter | None, drafter_name: str = "none", costs: DecodeCosts | None = None
+        self, target: Model, drafter: Drafter | None, drafter_name: str = "none", clock: Clock | None = None
     ) -> None:
         self.target = target
         self.drafter = drafter
         self.drafter_name = drafter_name if drafter else "none"
-        self.costs = costs  # needed by draft_mode auto; without them drafting is fixed-length
+        self.clock = clock or WallClock()
+        # Costs and acceptance are learned in every step, fixed or auto, and carried from one
+        # generation to the next (a chat's replies, bench's prompts).
+        self.controller = AutoController()
 
     def generate(
         self,
@@ -102,10 +117,12 @@ class SpeculativeEngine:
         config: GenerationConfig,
         cancel: threading.Event | None = None,
         rng: np.random.Generator | None = None,
+        generation: int = 0,
     ) -> Iterator[Event]:
         """Yield TokenEvent/StepEvent/NoticeEvent as tokens are accepted, then one DoneEvent.
         `rng` continues a stream of draws across generations (a chat); by default config.seed
-        starts a new one."""
+        starts a new one. `generation` numbers the generations of a session (a chat's replies),
+        which --verify coupled keys its noise by."""
         target = self.target
         if not prompt:
             raise LocalspecError("the prompt is empty")
@@ -115,28 +132,34 @@ class SpeculativeEngine:
             )
         cancel = cancel or threading.Event()
         rng = rng or np.random.default_rng(config.seed)
-        stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt))
+        stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt), draft_mode=config.draft_mode)
         drafter = self.drafter
-        controller = (
-            AutoController(self.costs, config.draft_max) if config.draft_mode == "auto" and self.costs else None
-        )
+        controller, clock = self.controller, self.clock
+        auto = config.draft_mode == "auto"
+        notes_before = len(controller.notes)
+        coupling = None
+        if config.verify == "coupled" and not config.sampling.greedy:
+            seed = config.seed if config.seed is not None else int(rng.integers(2**63))
+            coupling = Coupling(seed, generation)
         ctx = list(prompt)
         generated: list[int] = []
         stream = TextStream(config.stop)
         stop_reason = ""
 
-        t_start = time.perf_counter()
+        wall = time.perf_counter()
         try:
             # The last prompt token goes into the first verification batch, so even the first
             # generated token can come from the draft.
             reused = target.prefill(ctx[:-1])
             stats.n_prompt_evaluated = len(ctx) - reused
             if drafter is not None:
-                drafter.begin(ctx, config.drafting)
+                drafter.begin(ctx, config.drafting, coupling)
         except DecodeAborted:
             stop_reason = "interrupted"
-        t_gen = time.perf_counter()
-        stats.prompt_s = t_gen - t_start
+        stats.prompt_s = clock.prompt(stats.n_prompt_evaluated, time.perf_counter() - wall)
+        clock.begin()
+        t_gen = clock.now()
+        first_token = True
 
         try:
             while not stop_reason:
@@ -148,20 +171,26 @@ class SpeculativeEngine:
                     stop_reason = "length"
                     break
                 k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
-                draft = Draft()
+                draft, draft_s = Draft(), 0.0
                 if drafter is not None and k_max >= max(1, config.draft_min):
                     floor = config.draft_min
-                    budget = controller.budget(k_max, len(ctx), floor) if controller else FixedBudget(k_max, floor)
+                    budget = controller.budget(k_max, floor) if auto else FixedBudget(k_max, floor)
+                    wall = time.perf_counter()
                     draft = drafter.propose(ctx, budget, config.sampling, rng)
+                    if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
+                        draft_s = clock.draft(draft.source, draft.passes, time.perf_counter() - wall)
+                        controller.costs.observe_draft(draft.source, draft.passes, draft_s)
                     if len(draft) < floor and draft.probs is None:
                         # A lookup match that runs out early: deterministic, so dropping it is exact.
                         draft = Draft()
 
+                # Timed up to the verdict: on a GPU a pass's work is done only once its logits are read.
+                wall = time.perf_counter()
                 if draft.parents is not None and draft.tokens:
-                    path, token, depth = self._tree_step(ctx, draft, config.sampling, rng)
+                    path, token, depth = self._tree_step(ctx, draft, config.sampling, rng, coupling)
                 else:
                     logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
-                    n_acc, token = verify(logits, draft, config.sampling, rng)  # type: ignore[arg-type]
+                    n_acc, token = verify(logits, draft, config.sampling, rng, coupling, len(ctx))  # type: ignore[arg-type]
                     path, depth = list(range(n_acc)), len(draft.tokens)
                     if not target.truncate(len(ctx) + n_acc):
                         # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
@@ -169,12 +198,14 @@ class SpeculativeEngine:
                         target.prefill([*ctx, *draft.tokens[:n_acc]])
                         drafter = None
                         yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
+                verify_s = clock.verify(len(draft.tokens) + 1, len(ctx), time.perf_counter() - wall)
+                controller.costs.observe_verify(len(draft.tokens) + 1, verify_s)
                 n_acc = len(path)
                 emitted = [*(draft.tokens[i] for i in path), token]
-                if draft.tokens and controller:
+                if draft.tokens:
                     controller.update(draft.key, depth, n_acc, judged(draft, path))
-                if controller:
-                    controller.record_step(len(draft.tokens), len(emitted), len(ctx))
+                    stats.n_steps_drafted += 1
+                controller.record_step(len(draft.tokens), len(emitted), draft_s + verify_s)
                 ctx.extend(emitted)
                 stats.n_steps += 1
 
@@ -185,6 +216,8 @@ class SpeculativeEngine:
                     shown += 1
                     eog = target.is_eog(tok)
                     text = "" if eog else stream.push(target.piece(tok))
+                    if first_token:
+                        stats.first_token_s, first_token = stats.prompt_s + clock.now() - t_gen, False
                     yield TokenEvent(tok, text, draft.source if shown <= n_acc else None)
                     if eog:
                         stop_reason = "eos"
@@ -202,12 +235,15 @@ class SpeculativeEngine:
                 yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
         except DecodeAborted:
             stop_reason = "interrupted"
-        stats.elapsed_s = time.perf_counter() - t_gen
+        stats.elapsed_s = clock.now() - t_gen
+        stats.notes = controller.notes[notes_before:]
+        mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
+        stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}
         tail = stream.finish()
         yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
 
     def _tree_step(
-        self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator
+        self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator, coupling: Coupling | None
     ) -> tuple[list[int], int, int]:
         """Verify a draft tree in one pass; return (the accepted path's node indices, the target's
         token, the tree's depth)."""
@@ -229,7 +265,7 @@ class SpeculativeEngine:
             for s in range(1, layout.n_seqs):
                 target.drop_seq(s)
             raise
-        path, token = verify_tree(logits, draft.tokens, layout, params, rng)
+        path, token = verify_tree(logits, draft.tokens, layout, params, rng, coupling, len(ctx))
         seq = layout.node_seqs[path[-1]][0] if path else 0
         target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)
         return path, token, max(layout.depth)

@@ -1,11 +1,14 @@
-"""The tie rule for comparing greedy outputs: llama.cpp's batched (verification) and single-token
-logits differ by ~1e-2 on CPU, so two greedy runs may part ways where the target's two best tokens
-are that close. Any other difference is a bug."""
+"""The tie rule for comparing greedy (or coupled) outputs: llama.cpp's batched (verification) and
+single-token logits differ by ~1e-2 on CPU, so two greedy runs may part ways where the target's two
+best tokens are that close. Any other difference is a bug. Coupled runs choose by log p + noise,
+which moves by the same error divided by the temperature."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from localspec.backend.model import Model
 
@@ -17,15 +20,24 @@ class Divergence:
     index: int  # first position where the outputs differ
     expected: int | None  # token there in the reference output (None: it ended first)
     got: int | None
-    margin: float  # |logit(expected) - logit(got)| under the target; inf when one output ended
+    margin: float  # |score(expected) - score(got)| under the target; inf when one output ended
+    tolerance: float = TIE_TOLERANCE
 
     @property
     def is_tie(self) -> bool:
-        return self.margin <= TIE_TOLERANCE
+        return self.margin <= self.tolerance
 
 
-def compare_greedy(target: Model, prompt: Sequence[int], expected: Sequence[int], got: Sequence[int]) -> Divergence | None:
-    """None when the outputs are identical, else where and how they first differ."""
+def compare_greedy(
+    target: Model,
+    prompt: Sequence[int],
+    expected: Sequence[int],
+    got: Sequence[int],
+    score: Callable[[np.ndarray, int], np.ndarray] | None = None,
+    tolerance: float = TIE_TOLERANCE,
+) -> Divergence | None:
+    """None when the outputs are identical, else where and how they first differ. `score` maps the
+    target's logits at a position to what the choice maximised there (default: the logits)."""
     n = min(len(expected), len(got))
     first = next((i for i in range(n) if expected[i] != got[i]), None)
     if first is None:
@@ -35,5 +47,7 @@ def compare_greedy(target: Model, prompt: Sequence[int], expected: Sequence[int]
         longer = expected if len(expected) > len(got) else got
         return Divergence(n, expected[n] if longer is expected else None, got[n] if longer is got else None, float("inf"))
     logits = target.sync([*prompt, *expected[:first]])
+    scores = logits if score is None else score(logits, len(prompt) + first)
     a, b = expected[first], got[first]
-    return Divergence(first, a, b, abs(float(logits[a]) - float(logits[b])))
+    margin = abs(float(scores[a]) - float(scores[b]))
+    return Divergence(first, a, b, margin if np.isfinite(margin) else float("inf"), tolerance)

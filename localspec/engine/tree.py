@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.sampling import SamplingParams, distribution, sample
+from localspec.sampling import Coupling, SamplingParams, distribution, sample
 
 
 @dataclass(frozen=True)
@@ -47,20 +47,32 @@ class TreeLayout:
 
 
 def verify_tree(
-    logits: np.ndarray, tokens: Sequence[int], layout: TreeLayout, params: SamplingParams, rng: np.random.Generator
+    logits: np.ndarray,
+    tokens: Sequence[int],
+    layout: TreeLayout,
+    params: SamplingParams,
+    rng: np.random.Generator,
+    coupling: Coupling | None = None,
+    position: int = 0,
 ) -> tuple[list[int], int]:
     """Walk the tree from the root; return (accepted nodes, the target's own next token).
 
     Greedy: follow the child equal to the target's argmax. Sampling: try the children at a node
     in turn as one-hot proposals: accept child d with probability p(d) (p renormalised after each
     rejection, with the rejected token's mass removed); if all fail, draw from what is left of p.
-    Either way the emitted tokens are distributed exactly as the target's own."""
+    Either way the emitted tokens are distributed exactly as the target's own. Coupled (`position`:
+    the absolute position of the root's next token): follow the child equal to the target's coupled
+    choice, as greedy follows its argmax."""
     path: list[int] = []
     row = 0
     while True:
         kids = layout.children[row]
-        if params.greedy:
-            choice = int(np.argmax(logits[row]))
+        if params.greedy or coupling is not None:
+            if coupling is None:
+                choice = int(np.argmax(logits[row]))
+            else:
+                depth = layout.depth[row - 1] if row else 0
+                choice = coupling.choose(distribution(logits[row], params), position + depth)
             match = next((k for k in kids if tokens[k] == choice), None)
             if match is None:
                 return path, choice

@@ -31,10 +31,24 @@ class BenchProgress:
         self._progress.advance(self._task)
 
 
-def render_table(result: BenchResult, console: Console | None = None) -> None:
+def _costs(costs: dict[str, float]) -> str:
+    """'target 41/75 ms, draft 0.3+4.1/pass': one-token and mean-width target passes, draft calls."""
+    target = [f"{v:.1f}" for k, v in costs.items() if k.startswith("target_")]
+    parts = [f"target {'/'.join(target)}"] if target else []
+    for key, v in costs.items():
+        if key.endswith("_pass_ms"):
+            source = key[: -len("_pass_ms")]
+            parts.append(f"{source} {costs.get(source + '_call_ms', 0.0):.1f}+{v:.1f}/pass")
+    return ", ".join(parts)
+
+
+def render_table(result: BenchResult, simulated: str | None = None, console: Console | None = None) -> None:
     console = console or Console()
-    table = Table(title="localspec bench (medians over prompts)")
-    for col in ("category", "mode", "prompts", "tok/s", "speedup", "acceptance", "tokens/pass"):
+    title = "localspec bench (medians over prompts)"
+    if simulated:
+        title += f": SIMULATED under the {simulated} cost profile"
+    table = Table(title=title)
+    for col in ("category", "mode", "prompts", "tok/s", "speedup", "acceptance", "tokens/pass", "drafted steps", "draft len"):
         table.add_column(col, justify="left" if col in ("category", "mode") else "right")
     last = None
     for s in result.summaries():
@@ -43,9 +57,18 @@ def render_table(result: BenchResult, console: Console | None = None) -> None:
         last = s.category
         table.add_row(
             s.category, s.mode, str(s.n_prompts), f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
-            f"{s.acceptance_rate:.1%}" if s.mode != "baseline" else "-", f"{s.mean_accepted_length:.2f}",
+            f"{s.acceptance_rate:.1%}" if s.mean_draft_length else "-", f"{s.mean_accepted_length:.2f}",
+            f"{s.drafted_steps:.0%}" if s.mode != "baseline" else "-", f"{s.mean_draft_length:.1f}" if s.mean_draft_length else "-",
         )
     console.print(table)
+    overall = [s for s in result.summaries() if s.category == "all" and s.mode != "baseline"]
+    if overall:
+        console.print("costs decided from (ms at each mode's last prompt: one-token and mean-width target pass; draft call + per pass):")
+        for s in overall:
+            console.print(f"  {s.mode}: {_costs(s.costs_ms)}")
+    notes = list(dict.fromkeys(n for sample in result.samples for n in sample.notes))
+    for n in notes[:5]:
+        console.print(f"auto: {n}")
     for t in result.ties:
         console.print(f"tie: {t['mode']} prompt {t['prompt_id']} token {t['index']} (logit margin {t['margin']:.4f})")
     for m in result.mismatches:
