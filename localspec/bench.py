@@ -98,7 +98,7 @@ class ModeSummary:
     tokens_per_second: float  # median over prompts
     speedup: float  # median over prompts of the per-prompt ratio to baseline
     acceptance_rate: float
-    mean_accepted_length: float  # tokens emitted per target pass
+    mean_tokens_per_step: float  # tokens emitted per target pass
     n_prompts: int
     drafted_steps: float  # share of steps that verified a draft
     mean_draft_length: float  # draft tokens per drafted step
@@ -141,7 +141,7 @@ class BenchResult:
             tokens_per_second=statistics.median(tps.values()) if tps else 0.0,
             speedup=statistics.median(ratios) if ratios else 0.0,
             acceptance_rate=sum(s.n_accepted for s in chosen) / drafted if drafted else 0.0,
-            mean_accepted_length=sum(s.n_generated for s in chosen) / steps if steps else 0.0,
+            mean_tokens_per_step=sum(s.n_generated for s in chosen) / steps if steps else 0.0,
             n_prompts=len(per_prompt),
             drafted_steps=drafted_steps / steps if steps else 0.0,
             mean_draft_length=drafted / drafted_steps if drafted_steps else 0.0,
@@ -233,9 +233,9 @@ def run_bench(
             continue
         for r in range(repeat):
             for mode, (engine, cfg) in engines.items():
+                progress(f"running {prompt.category} {prompt.id} {mode} #{r + 1}")
                 done = drain(engine.generate(tokens, cfg))
                 s = done.stats
-                progress(f"{prompt.category} {prompt.id} {mode} #{r + 1}: {s.tokens_per_second:.1f} tok/s")
                 yield Sample(
                     mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps,
                     done.tokens, tokens, s.n_steps_drafted, s.costs_ms, s.notes,
@@ -259,13 +259,14 @@ def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) 
     if not config.sampling.greedy:
         coupling = Coupling(config.seed or 0)
 
-        def score(logits: np.ndarray, position: int) -> np.ndarray:
+        def coupled(logits: np.ndarray, position: int) -> np.ndarray:
+            """What a coupled choice maximises: log p + the noise at this position."""
             p = distribution(logits, config.sampling)
-            ids = np.arange(len(p))
             with np.errstate(divide="ignore"):
-                return np.log(p) + coupling.gumbel(position, ids)
+                return np.log(p) + coupling.gumbel(position, np.arange(len(p)))
 
-        tolerance = TIE_TOLERANCE / config.sampling.temperature
+        # Logits that differ by the tie tolerance move log p by that over the temperature.
+        score, tolerance = coupled, TIE_TOLERANCE / config.sampling.temperature
     reference = {s.prompt.id: s.tokens for s in result.samples if s.mode == BASELINE}
     seen: set[tuple[str, str]] = set()
     for s in result.samples:

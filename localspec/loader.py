@@ -50,12 +50,15 @@ def resolve(
     if Path(model).expanduser().exists() or model.endswith(".gguf"):
         return ModelFiles(Path(model).expanduser(), draft_path), {}
     alias = load_registry().get(model)
+    for spec in (alias.target, alias.draft if draft is None else None):
+        if spec is not None and spec.local is not None and not spec.local.exists():
+            raise LocalspecError(f"{model} names {spec.local}, which does not exist")
     manifest = read_manifest(model)
-    target = manifest.local_path("target") if manifest else None
+    target = alias.target.local or (manifest.local_path("target") if manifest else None)
     if target is None:
         raise LocalspecError(f"{model} is not pulled: run `localspec pull {model}` first")
     if draft is None:
-        draft_path = manifest.local_path("draft") if manifest else None
+        draft_path = (alias.draft.local if alias.draft else None) or (manifest.local_path("draft") if manifest else None)
         if alias.draft is not None and draft_path is None:
             notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
     return ModelFiles(target, draft_path), dict(alias.settings)

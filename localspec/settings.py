@@ -27,13 +27,15 @@ RANDOM_SEED = -1  # as in llama.cpp
 class About:
     """A field's names and nature: `flag` on the command line (its chat /set key is the flag without
     dashes), `api` in a server request (None: not settable there), `phase` LOAD or GENERATION,
-    `alias` whether models.toml may recommend it, `check` its validation (a problem or None)."""
+    `alias` whether models.toml may recommend it, `choices` the values it takes (if a fixed few),
+    `check` its validation (a problem or None)."""
 
     flag: str
     help: str
     phase: str = GENERATION
     api: str | None = None
     alias: bool = True
+    choices: tuple[str, ...] = ()
     check: Callable[[Any, Settings], str | None] = lambda _v, _s: None
 
     @property
@@ -42,6 +44,8 @@ class About:
 
 
 def _about(**kw: Any) -> Any:
+    if "choices" in kw:
+        kw["check"] = _one_of(kw["choices"])
     return {"about": About(**kw)}
 
 
@@ -88,9 +92,9 @@ class Settings:
     draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
     draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
     draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
-    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max.", check=_one_of(DRAFT_MODES)))
-    verify: str = field(default="standard", metadata=_about(flag="--verify", api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", check=_one_of(VERIFY_MODES)))
-    draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", check=_one_of(DRAFT_POLICIES)))
+    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max.", choices=DRAFT_MODES))
+    verify: str = field(default="standard", metadata=_about(flag="--verify", api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", choices=VERIFY_MODES))
+    draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", choices=DRAFT_POLICIES))
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
     lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up.", check=_within(1, 64)))
     lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -9,6 +10,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The suite never reads the user's own defaults: a config file of theirs (a default model, say)
+# would change what the commands under test do.
+os.environ["LOCALSPEC_CONFIG"] = str(Path(__file__).parent / "no-such-config.toml")
+for _var in [v for v in os.environ if v.startswith("LOCALSPEC_") and v not in ("LOCALSPEC_CONFIG", "LOCALSPEC_REGISTRY")]:
+    del os.environ[_var]
 
 from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
 

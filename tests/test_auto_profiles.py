@@ -7,8 +7,6 @@ target's, costs drifting by +-30% during the run), so no single shape is what au
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from conftest import model_options
 from tiny_models import TinySpec, write_tiny_llama

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import localspec.bench
 from localspec.cli.app import app
 
-SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_accepted_length", "n_prompts",
+SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_tokens_per_step", "n_prompts",
                 "drafted_steps", "mean_draft_length", "costs_ms"}
 SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps",
                "n_steps_drafted", "costs_ms", "notes"}
@@ -38,7 +38,8 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
     res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"summary", "ties", "mismatches", "samples", "cost_profile"} and out["cost_profile"] is None
+    assert set(out) == {"summary", "ties", "mismatches", "samples", "cost_profile", "version", "model_files", "settings"}
+    assert out["cost_profile"] is None and out["model_files"]["draft"] == str(tiny.close) and out["settings"]["max_tokens"] == 12
     assert out["mismatches"] == []
     assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}
     assert len(out["samples"]) == 3 * 5 * 2  # prompts x modes (baseline added) x repeats
@@ -52,7 +53,7 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
         if row["mode"] == "baseline":
             assert row["speedup"] == pytest.approx(1.0) and row["acceptance_rate"] == 0.0
     draft = next(r for r in out["summary"] if r["mode"] == "draft" and r["category"] == "all")
-    assert draft["n_prompts"] == 3 and 0 < draft["acceptance_rate"] <= 1 and draft["mean_accepted_length"] > 1
+    assert draft["n_prompts"] == 3 and 0 < draft["acceptance_rate"] <= 1 and draft["mean_tokens_per_step"] > 1
 
 
 def test_modes_that_need_a_draft_are_refused_without_one(tiny: TinyModels, prompts):

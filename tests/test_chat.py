@@ -62,6 +62,8 @@ def test_two_turns_stats_set_and_exit(tiny: TinyModels, tmp_path: Path):
     child.sendline(f"/save {save}")
     child.expect_exact(PROMPT)
     child.sendline("/exit")
+    child.expect_exact("bye: 3 replies")  # a closing line: what the session did, and how to go on
+    child.expect_exact("chat --resume")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
@@ -170,9 +172,25 @@ def test_a_piped_chat_survives_bytes_that_are_not_utf8(tiny: TinyModels, tmp_pat
 
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
     out = tmp_path / "piped.json"
-    script = b"the cat \xff sat\na dog\n/save " + str(out).encode() + b"\n"
+    script = b"the cat \xff sat\na dog\n/help\n/save " + str(out).encode() + b"\n"
     res = subprocess.run([sys.executable, "-m", "localspec", "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"],
                          input=script, capture_output=True, env=env, timeout=120)
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
     assert b"the message is not valid UTF-8" in res.stderr
+    # Piped, chat's own lines are whole: nothing hard-wrapped at 80 columns.
+    set_help = next(line for line in res.stdout.decode().splitlines() if line.strip().startswith("/set KEY VALUE"))
+    assert len(set_help) > 80 and set_help.rstrip().endswith("lookup-max")
     assert [m["content"] for m in json.loads(out.read_text())["messages"] if m["role"] == "user"] == ["the cat \ufffd sat", "a dog"]
+
+
+def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_path: Path):
+    env = {"PATH": "/usr/bin:/bin", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path),
+           "XDG_STATE_HOME": str(tmp_path / "state")}
+    child = pexpect.spawn(sys.executable, ["-m", "localspec", "run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0"],
+                          env=env, encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(40, 120))
+    child.expect_exact("chatting with")
+    turn(child, "the cat")  # run's options (-n, --temp) hold in the chat
+    child.sendline("/exit")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0

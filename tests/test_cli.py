@@ -34,7 +34,9 @@ def test_json_output_fields(tiny: TinyModels):
     res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0", "--draft-max", "4", "--draft-mode", "fixed", "--json")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert set(out) >= {"text", "tokens", "stop_reason", "stats"}
+    assert set(out) >= {"text", "tokens", "stop_reason", "stats", "version", "model_files", "settings"}
+    assert out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)}
+    assert out["settings"]["draft_max"] == 4 and out["settings"]["draft_mode"] == "fixed"
     assert out["stop_reason"] == "length"
     assert len(out["tokens"]) == 40
     s = out["stats"]
@@ -304,3 +306,12 @@ def test_llama_cpp_short_flags_and_help_panels(tiny: TinyModels):
     help_text = localspec("run", "-h").stdout
     for panel in ("Model", "Drafting", "Sampling", "Performance", "Output"):
         assert f"─ {panel} ─" in help_text, panel
+
+
+def test_help_lists_choices_and_shows_flags_without_a_value():
+    for command in ((), ("run",), ("chat",), ("bench",), ("pull",), ("models",), ("rm",)):
+        res = subprocess.run([*CLI, *command, "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        assert res.returncode == 0 and "<bool>" not in res.stdout, (command, res.stdout)
+    run_help = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
+    for choices in ("auto|fixed", "standard|coupled", "sample|greedy", "FILE|ALIAS"):
+        assert choices in run_help, choices

@@ -15,7 +15,7 @@ LAYERS = [
     ("cli", ("localspec.cli", "localspec.__main__")),
     ("orchestration", ("localspec.loader", "localspec.chat", "localspec.bench", "localspec.prompt")),
     ("models", ("localspec.models",)),  # aliases, the Hub, pulled files
-    ("settings", ("localspec.settings",)),
+    ("settings", ("localspec.settings", "localspec.user_config")),
     ("engine", ("localspec.engine",)),
     ("drafters", ("localspec.drafters",)),
     ("foundation", ("localspec.sampling", "localspec.backend", "localspec.hardware", "localspec.defaults", "localspec.errors", "localspec")),

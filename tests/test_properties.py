@@ -112,3 +112,33 @@ def test_any_bytes_in_a_bench_prompt_file(tiny: TinyModels, valid_json: bool, da
         else:
             path.write_bytes(data)
         invoke("bench", "-m", str(tiny.target), "--prompts", str(path), "-n", "2", "--modes", "ngram")
+
+
+@EXAMPLES
+@given(st.binary(max_size=300))
+def test_any_bytes_in_a_config_file(tiny: TinyModels, data: bytes):
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "config.toml"
+        path.write_bytes(data)
+        invoke("run", "-m", str(tiny.target), "-p", "the cat", "-n", "2", env={"LOCALSPEC_CONFIG": str(path)})
+        invoke("config", "--json", env={"LOCALSPEC_CONFIG": str(path)})
+
+
+@EXAMPLES
+@given(st.sampled_from(["LOCALSPEC_DRAFT_MAX", "LOCALSPEC_TEMP", "LOCALSPEC_THREADS", "LOCALSPEC_LOOKUP", "LOCALSPEC_STOP",
+                        "LOCALSPEC_DRAFT_MODE", "LOCALSPEC_NOSUCH", "LOCALSPEC_DRAFT"]),
+       st.text(max_size=12).filter(lambda t: "\x00" not in t))
+def test_any_text_in_a_localspec_variable(tiny: TinyModels, var: str, value: str):
+    invoke("run", "-m", str(tiny.target), "-p", "the cat", "-n", "2", env={var: value})
+
+
+@EXAMPLES
+@given(st.binary(max_size=200).filter(lambda b: b"\x00" not in b), st.booleans())
+def test_any_bytes_as_a_positional_prompt_or_a_prompt_file(tiny: TinyModels, data: bytes, as_file: bool):
+    if as_file:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "prompt.txt"
+            path.write_bytes(data)
+            invoke("run", "-m", str(tiny.target), "-f", str(path), "-n", "2", "--temp", "0")
+    else:
+        invoke("run", "-m", str(tiny.target), os.fsdecode(data) or "x", "-n", "2", "--temp", "0")

@@ -203,8 +203,15 @@ def test_offline_from_cache_and_offline_without_cache(hub):
 
 def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
     assert "localspec pull pair" in one_line_error(cli(hub, "run", "-m", "pair", "-p", "x"))
-    assert cli(hub, "pull", "pair").returncode == 0 and cli(hub, "pull", "pair2").returncode == 0
+    pulled = cli(hub, "pull", "pair")
+    assert pulled.returncode == 0 and "next: localspec run -m pair" in pulled.stderr
+    assert cli(hub, "pull", "pair2").returncode == 0
     draft_file = Path(models_json(hub)["pair"]["draft_files"][0])
+    rows = models_json(hub)
+    files = {f: Path(f).stat().st_size for a in ("pair", "pair2") for f in rows[a]["target_files"] + rows[a]["draft_files"]}
+    table = cli(hub, "models").stdout
+    # The shared draft counts once in the total.
+    assert f"on disk: {sum(files.values()) / 1e9:.2f} GB in {len(files)} files" in table and len(files) == 3
     res = cli(hub, "rm", "pair")
     assert res.returncode == 0 and "draft-Q8_0.gguf" in res.stderr  # kept: pair2 uses it
     assert draft_file.exists()
@@ -295,3 +302,28 @@ def test_pull_again_repairs_a_file_damaged_after_a_verified_pull(hub, tiny):
     Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(good[: len(good) // 2])  # truncated
     assert cli(hub, "pull", "pair").returncode == 0
     assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
+
+
+def test_an_alias_naming_local_files_runs_without_a_pull(hub, tiny):
+    registry = hub[2] / "registry.toml"
+    registry.write_text(registry.read_text() + f"""
+["mine"]
+target = {{ path = "{tiny.target}" }}
+draft = {{ path = "{tiny.close}" }}
+draft_max = 3
+
+["gone"]
+target = {{ path = "{tiny.target.parent / 'gone.gguf'}" }}
+""")
+    run = cli(hub, "run", "-m", "mine", "-p", "the cat", "-n", "6", "--temp", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)} and out["settings"]["draft_max"] == 3
+    pulled = cli(hub, "pull", "mine")
+    assert pulled.returncode == 0 and "nothing to download" in pulled.stderr
+    row = models_json(hub)["mine"]
+    assert row["pulled"] and row["target_files"] == [str(tiny.target)] and row["draft_files"] == [str(tiny.close)]
+    assert "deletes only what pull downloaded" in one_line_error(cli(hub, "rm", "mine"))
+    assert tiny.target.exists()
+    assert "gone.gguf, which does not exist" in one_line_error(cli(hub, "run", "-m", "gone", "-p", "x"))
+    assert "gone.gguf, which does not exist" in one_line_error(cli(hub, "pull", "gone"))

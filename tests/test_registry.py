@@ -57,6 +57,9 @@ def test_malformed_entry_is_reported_and_others_work(monkeypatch, tmp_path):
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "draft_max": "8"}, "draft_max has the wrong type"),
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "colour": 1}, "colour is not a known field"),
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "draft": "a/b"}, "draft must be a table"),
+        ({"target": {"path": "/m/x.gguf", "repo": "a/b"}}, "target.path names a local file: it goes without target.repo"),
+        ({"target": {"path": "relative/x.gguf"}}, "target.path must be the absolute path of a .gguf file"),
+        ({"target": {"path": "/m/x.bin"}}, "target.path must be the absolute path of a .gguf file"),
     ],
 )
 def test_parse_errors_name_the_field(entry, message):

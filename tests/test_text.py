@@ -10,11 +10,15 @@ def test_multibyte_character_is_never_split():
     assert s.text == "é世"
 
 
-def test_invalid_bytes_become_replacement_characters():
+def test_invalid_bytes_become_replacement_characters_and_a_cut_off_character_is_dropped():
     s = TextStream()
     assert s.push(b"a\xff") == "a\ufffd"
     assert s.push(b"\xe4") == ""
-    assert s.finish() == "\ufffd"
+    # Generation ended inside a character (a token limit halfway through an emoji): no U+FFFD at the end.
+    assert s.finish() == "" and s.text == "a\ufffd"
+    half_emoji = TextStream()
+    half_emoji.push("ok ".encode() + "😀".encode()[:2])
+    assert half_emoji.finish() == "" and half_emoji.text == "ok "
 
 
 def test_stop_string_across_tokens_is_held_back_then_cut():

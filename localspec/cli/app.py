@@ -6,13 +6,27 @@ import sys
 from typing import Annotated
 
 import typer
+import typer.core
 
 from localspec import __version__
 
 from localspec.cli.bench import bench
 from localspec.cli.chat import chat
+from localspec.cli.config import config
 from localspec.cli.pull import models, pull, rm
 from localspec.cli.run import run
+
+def _flags_show_no_type(display_type_rich):
+    """Typer labels every flag `<bool>` in --help, which reads as if it took a value (`--raw true`
+    then fails): a flag shows no type, whoever declared it (--help and completion's too)."""
+
+    def display(self: typer.core.TyperOption, ctx) -> str | None:
+        return "" if self.is_flag and self.metavar is None else display_type_rich(self, ctx)
+
+    return display
+
+
+typer.core.TyperOption.display_type_rich = _flags_show_no_type(typer.core.TyperOption.display_type_rich)
 
 app = typer.Typer(
     help="Lossless speculative decoding for local GGUF models (llama.cpp).",
@@ -43,6 +57,7 @@ app.command()(bench)
 app.command()(pull)
 app.command()(models)
 app.command()(rm)
+app.command()(config)
 
 
 def main() -> None:

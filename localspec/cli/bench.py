@@ -92,7 +92,9 @@ def bench(
             target.close()
     simulated = clock.profile.name if isinstance(clock, SimulatedClock) else None
     if json_out:
-        typer.echo(json.dumps({**result.to_json(), "cost_profile": simulated}))
+        from localspec.cli.views.render import provenance
+
+        typer.echo(json.dumps({**result.to_json(), "cost_profile": simulated, **provenance(files, settings)}))
     else:
         render_table(result, simulated)
     if result.mismatches:

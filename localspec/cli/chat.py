@@ -11,7 +11,6 @@ from typing import Annotated
 
 import typer
 
-from localspec import defaults
 from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
@@ -148,12 +147,13 @@ def chat(
     sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     console = Console()
     err = Console(stderr=True)
-    notify = lambda m: err.print(Text(m, style="yellow"))  # noqa: E731
+    # Soft wrap throughout: the terminal wraps what it shows, and piped output keeps its lines whole.
+    notify = lambda m: err.print(Text(m, style="yellow"), soft_wrap=True)  # noqa: E731
     with user_errors():
         files, settings = request(given, seed=secrets.randbits(32))
         loaded = load(files, settings, verbose=verbose)
     system = from_arg(system, "--system") if system else None
-    session = ChatSession(loaded, settings, system, model_name=model or defaults.EMBEDDED_NAME, autosave=last_conversation_path())
+    session = ChatSession(loaded, settings, system, model_name=model or files.model.name, autosave=last_conversation_path())
     if resume:
         try:
             session.load(session.autosave)  # type: ignore[arg-type]
@@ -164,14 +164,16 @@ def chat(
             notify("no earlier conversation to resume: starting a new one")
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
-    err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"))
+    err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"), soft_wrap=True)
     notice = template_notice(loaded.target)
     if notice:
-        err.print(Text(f"note: {notice}", style="dim"))
+        err.print(Text(f"note: {notice}", style="dim"), soft_wrap=True)
     try:
         while True:
             text = _read_message(">>> " if interactive else "")
             if text is None:
+                if interactive:
+                    err.print()  # Ctrl-D or Ctrl-C leave the cursor on the prompt line
                 break
             if not text.strip():
                 continue
@@ -184,11 +186,13 @@ def chat(
                     events = session.reply(text, notify)
                     done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
             except LocalspecError as e:
-                err.print(Text(f"error: {e}", style="red"))
+                err.print(Text(f"error: {e}", style="red"), soft_wrap=True)
                 continue
             err.print(Text(summary_line(done.stats, done.stop_reason), style="dim"), soft_wrap=True)
             if stopped.signal not in (None, signal.SIGINT):
                 raise typer.Exit(stopped.exit_code)  # SIGTERM or SIGHUP: the session ends, history saved
+        kept = " · `localspec chat --resume` continues it" if session.messages else ""
+        err.print(Text(f"bye: {session.totals.describe()}{kept}", style="dim"), soft_wrap=True)
     finally:
         save_history()
         loaded.close()
@@ -198,7 +202,7 @@ def _command(session, text: str, console, notify) -> bool:
     """Run a /command; True means leave the chat."""
     name, _, arg = text.strip().partition(" ")
     arg = arg.strip()
-    say = lambda m: console.print(m, markup=False, highlight=False)  # noqa: E731
+    say = lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
     try:
         if name in ("/exit", "/quit", "/bye"):
             return True

@@ -31,18 +31,23 @@ PANELS = {
 }
 
 
+# What a setting's value looks like in --help: its choices, or what it is (a flag shows none).
+METAVARS = {"stop": "TEXT", "lookup": ""}
+
+
 def _setting(name: str, *short: str, shown: Any = None) -> Any:
     about = Settings.about(name)
     default = getattr(Settings(), name) if shown is None else shown
     flag = f"{about.flag}/--no-{about.key}" if name == "lookup" else about.flag
     described = default in (None, ()) or "default" in about.help
     text = about.help if described else f"{about.help.rstrip('.')} (default {default})."
-    return typer.Option(*short, flag, help=text, rich_help_panel=PANELS.get(name, DRAFTING))
+    metavar = "|".join(about.choices) if about.choices else METAVARS.get(name)
+    return typer.Option(*short, flag, help=text, rich_help_panel=PANELS.get(name, DRAFTING), metavar=metavar)
 
 
-PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
-ModelOpt = Annotated[str | None, typer.Option("-m", "--model", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).", rich_help_panel=MODEL)]
-DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
+PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", metavar="TEXT", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
+ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).", rich_help_panel=MODEL)]
+DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|none", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
 MaxTokensOpt = Annotated[int | None, _setting("max_tokens", "-n")]
 TempOpt = Annotated[float | None, _setting("temp")]
 TopKOpt = Annotated[int | None, _setting("top_k")]
@@ -125,15 +130,19 @@ def request(
     given: Mapping[str, Any], notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any
 ) -> tuple[ModelFiles, Settings]:
     """A command's parameters (its `locals()`, handed over once) as the files to load and the
-    settings: flags given over the command's own defaults (`defaults_`) over the alias's
-    recommended settings over the built-in defaults."""
+    settings: flags given over LOCALSPEC_* variables over the command's own defaults (`defaults_`)
+    over the alias's recommended settings over the config file over the built-in defaults."""
     from localspec.loader import resolve
+    from localspec.user_config import read_config, read_env
 
-    files, recommended = resolve(given.get("model"), given.get("draft"), notify)
+    config, env = read_config(notify=notify), read_env(notify=notify)
+    model = next((m for m in (given.get("model"), env.model, config.model) if m is not None), None)
+    draft = next((d for d in (given.get("draft"), env.draft, config.draft) if d is not None), None)
+    files, recommended = resolve(model, draft, notify)
     # --seed -1 asks for a random seed: the command's own (drawn and reported) serves.
     flags = {k: v for k, v in given.items() if k in FIELDS and v is not None and (k, v) != ("seed", RANDOM_SEED)}
-    settings = Settings().merged({**recommended, **defaults_, **flags})
-    if given.get("model") is None and files.draft is None:
+    settings = Settings().merged({**config.settings, **recommended, **defaults_, **env.settings, **flags})
+    if model is None and files.draft is None:
         lookup = settings.lookup is not False
         notify(f"using the embedded {EMBEDDED_NAME} with {'n-gram prompt lookup' if lookup else 'no drafting'}")
     return files, settings

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import user_errors
+from localspec.errors import LocalspecError
 
 
 def pull(
@@ -25,6 +26,14 @@ def pull(
 
     with user_errors():
         entry = load_registry().get(alias)
+        local = [spec.local for spec in (entry.target, entry.draft) if spec is not None and spec.local is not None]
+        for path in local:
+            if not path.exists():
+                raise LocalspecError(f"{alias} names {path}, which does not exist")
+        if len(local) == (2 if entry.draft else 1):
+            typer.echo(f"nothing to download: {alias} names files on this machine ({', '.join(map(str, local))})", err=True)
+            _next_step(alias)
+            return
         offline = bool(constants.HF_HUB_OFFLINE)
         plan = plan_pull(entry, offline)
         dest = dir or Path(constants.HF_HUB_CACHE)
@@ -36,6 +45,11 @@ def pull(
     typer.echo(f"pulled {alias}: {manifest.size_bytes() / 1e9:.2f} GB" + (f" ({facts})" if facts else ""), err=True)
     if entry.draft is None:
         typer.echo(f"{alias} has no draft model: `run` drafts with n-gram prompt lookup", err=True)
+    _next_step(alias)
+
+
+def _next_step(alias: str) -> None:
+    typer.echo(f"next: localspec run -m {alias} \"Why is the sky blue?\"   or   localspec chat -m {alias}", err=True)
 
 
 def models(
@@ -51,42 +65,59 @@ def models(
     with user_errors():
         registry = load_registry()
         rows = []
+        on_disk: dict[str, int] = {}  # each pulled file once, however many aliases share it
         for name, entry in registry.aliases.items():
             try:
                 manifest, damaged = read_manifest(name), False
             except DamagedRecord:
                 manifest, damaged = None, True
-            pulled = bool(manifest and manifest.local_path("target"))
+            pulled = bool(manifest and manifest.local_path("target")) or bool(entry.target.local and entry.target.local.exists())
+            files = {role: [f.local for f in fs] for role, fs in manifest.files.items()} if manifest else {}
+            for role, spec in (("target", entry.target), ("draft", entry.draft)):
+                if spec is not None and spec.local is not None and spec.local.exists():
+                    files[role] = [str(spec.local)]  # named by the alias: nothing was downloaded
+            for path in (p for fs in files.values() for p in fs):
+                if Path(path).is_file():
+                    on_disk[path] = Path(path).stat().st_size
             rows.append({
                 "alias": name,
                 "description": entry.description,
                 "pulled": pulled,
                 "damaged": damaged,
-                "target_files": [f.local for f in manifest.files.get("target", [])] if manifest else [],
-                "draft_files": [f.local for f in manifest.files.get("draft", [])] if manifest else [],
-                "size_bytes": manifest.size_bytes() if manifest else 0,
+                "target_files": files.get("target", []),
+                "draft_files": files.get("draft", []),
+                "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
+                "memory_gb": entry.facts.get("memory_gb"),
             })
     if json_out:
         typer.echo(json.dumps(rows))
         return
     table = Table(title="localspec models")
-    for col in ("alias", "description", "pulled", "size"):
+    for col in ("alias", "description", "pulled", "size on disk", "memory"):
         table.add_column(col)
     for row in rows:
         size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["pulled"] else "-"
         state = "damaged record: pull again" if row["damaged"] else "yes" if row["pulled"] else "no"
-        table.add_row(row["alias"], row["description"], state, size)
+        memory = f"~{row['memory_gb']:g} GB" if row["memory_gb"] else "-"
+        table.add_row(row["alias"], row["description"], state, size, memory)
     console = Console()
     console.print(table)
+    if on_disk:
+        # Aliases may share a draft: the total counts each file once.
+        console.print(f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} files")
     for name, error in registry.errors.items():
         console.print(f"[yellow]skipped[/yellow] {error}")
 
 
 def rm(alias: Annotated[str, typer.Argument(help="A pulled alias.")]) -> None:
     """Delete an alias's downloaded files (those another pulled alias uses stay)."""
-    from localspec.models.pulled import remove_alias
+    from localspec.models.pulled import read_manifest_or_none, remove_alias
+    from localspec.models.registry import load_registry
 
     with user_errors():
+        entry = load_registry().aliases.get(alias)  # one no longer listed may still have files to free
+        if entry is not None and entry.target.local is not None and read_manifest_or_none(alias) is None:
+            raise LocalspecError(f"{alias} names files on this machine; rm deletes only what pull downloaded")
         freed, kept = remove_alias(alias)
     typer.echo(f"removed {alias}: freed {freed / 1e9:.2f} GB", err=True)
     if kept:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import secrets
 import sys
 import threading
@@ -73,6 +74,13 @@ def run(
         prompt = from_arg(prompt if prompt is not None else text, "the prompt")  # type: ignore[arg-type]
     elif not sys.stdin.isatty():
         prompt = read_stdin()
+    if not prompt and given_as == [] and sys.stdin.isatty() and sys.stdout.isatty() and not json_out:
+        # No prompt at a terminal: a conversation, as ollama does, with the same options.
+        from localspec.cli.chat import chat
+
+        wanted = inspect.signature(chat).parameters
+        chat(**{k: v for k, v in given.items() if k in wanted})
+        return
     if not prompt:
         raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
@@ -95,7 +103,7 @@ def run(
             loaded.close()
     done.stats.load_s = loaded.load_s
     if json_out:
-        typer.echo(result_json(done, settings.seed))
+        typer.echo(result_json(done, settings.seed, files, settings))
     elif not quiet:
         if notice:
             typer.echo(f"note: {notice}", err=True)

@@ -26,6 +26,16 @@ class NoticeEvent:
     message: str
 
 
+@dataclass(frozen=True)
+class PromptEvent:
+    """The prompt is evaluated: generation starts."""
+
+    n_prompt: int
+    n_evaluated: int  # what was not reused from the KV cache
+    seconds: float
+    drafter: str
+
+
 @dataclass
 class DrafterStats:
     drafted: int = 0
@@ -53,6 +63,9 @@ class GenerationStats:
     # stopped a drafter, if it did.
     costs_ms: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What the target alone would reach, from its one-token passes timed in this engine's plain
+    # steps (0 when it ran none): the yardstick for whether speculation helped.
+    target_alone_tps: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -97,6 +110,7 @@ class GenerationStats:
             "drafter": self.drafter,
             "draft_mode": self.draft_mode,
             "costs_ms": self.costs_ms,
+            "target_alone_tokens_per_second": round(self.target_alone_tps, 3),
             "notes": self.notes,
             "drafters": {k: asdict(v) for k, v in self.drafters.items()},
         }
@@ -111,7 +125,7 @@ class DoneEvent:
     tokens: list[int]
 
 
-Event = TokenEvent | StepEvent | NoticeEvent | DoneEvent
+Event = TokenEvent | StepEvent | NoticeEvent | PromptEvent | DoneEvent
 
 
 def drain(events: Iterable[Event], each: Callable[[Event], None] = lambda _ev: None) -> DoneEvent:

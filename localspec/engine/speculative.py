@@ -28,7 +28,7 @@ from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MIN, DEFAULT_MAX
 from localspec.drafters.base import Draft, Drafter, DraftSettings
 from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController, FixedBudget
-from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, StepEvent, TokenEvent
+from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, PromptEvent, StepEvent, TokenEvent
 from localspec.engine.text import TextStream
 from localspec.engine.tree import TreeLayout, verify_tree
 from localspec.errors import LocalspecError
@@ -157,6 +157,7 @@ class SpeculativeEngine:
         except DecodeAborted:
             stop_reason = "interrupted"
         stats.prompt_s = clock.prompt(stats.n_prompt_evaluated, time.perf_counter() - wall)
+        yield PromptEvent(len(prompt), stats.n_prompt_evaluated, stats.prompt_s, self.drafter_name)
         clock.begin()
         t_gen = clock.now()
         first_token = True
@@ -239,6 +240,8 @@ class SpeculativeEngine:
         stats.notes = controller.notes[notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}
+        if controller.costs.seen_single:
+            stats.target_alone_tps = controller.plain_rate()
         tail = stream.finish()
         yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
 

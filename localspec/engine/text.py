@@ -31,10 +31,12 @@ class TextStream:
         return self._release(pending[: len(pending) - keep])
 
     def finish(self) -> str:
-        """Release what was held back once generation ends without a stop string."""
+        """Release what was held back once generation ends without a stop string. A character cut
+        off by the end of generation (a token limit inside an emoji) is dropped, not shown as U+FFFD."""
         if self.stopped:
             return ""
-        rest = self._held + self._decoder.decode(b"", final=True)
+        rest = self._held
+        self._decoder.reset()
         self._held = ""
         return self._release(rest)
 

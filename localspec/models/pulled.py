@@ -116,7 +116,9 @@ class PullPlan:
 
 
 def plan_pull(alias: Alias, offline: bool, cache_dir: Path | None = None) -> PullPlan:
+    """What to download: the alias's files on the Hub (those it names on this machine need none)."""
     specs = {"target": alias.target, **({"draft": alias.draft} if alias.draft else {})}
+    specs = {role: spec for role, spec in specs.items() if spec.local is None}
     files: dict[str, list[hub.RemoteFile]] = {}
     for role, spec in specs.items():
         if offline:

@@ -19,20 +19,25 @@ import platformdirs
 from localspec.errors import LocalspecError
 from localspec.settings import ALIAS_KEYS, SettingError, Settings, value_types
 from localspec.text_input import read_file
+from localspec.user_config import REGISTRY_ENV
 
 APP_NAME = "localspec"
 # Alias names become file names (pulled records): no path separators, no "..", nothing hidden.
 ALIAS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
-REGISTRY_ENV = "LOCALSPEC_REGISTRY"
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 
 
 @dataclass(frozen=True)
 class FileSpec:
-    repo: str
+    repo: str  # "" for a local file
     quant: str | None = None
     file: str | None = None
     revision: str | None = None
+    path: str | None = None  # a GGUF on this machine, instead of a repo
+
+    @property
+    def local(self) -> Path | None:
+        return Path(self.path) if self.path else None
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,13 @@ def check_alias_name(name: str) -> None:
 def _file_spec(value: Any, key: str) -> FileSpec:
     if not isinstance(value, dict):
         raise ValueError(f"{key} must be a table like {{ repo = \"owner/name\", quant = \"Q4_K_M\" }}")
+    if "path" in value:
+        path, others = value["path"], sorted(set(value) - {"path"})
+        if others:
+            raise ValueError(f"{key}.path names a local file: it goes without {key}.{others[0]}")
+        if not isinstance(path, str) or not path.endswith(".gguf") or not Path(path).expanduser().is_absolute():
+            raise ValueError(f"{key}.path must be the absolute path of a .gguf file")
+        return FileSpec("", path=str(Path(path).expanduser()))
     unknown = set(value) - {"repo", "quant", "file", "revision"}
     if unknown:
         raise ValueError(f"{key}.{sorted(unknown)[0]} is not a known field")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from localspec.bench import BenchResult
@@ -12,8 +12,8 @@ from localspec.bench import BenchResult
 class BenchProgress:
     def __init__(self, total: int, quiet: bool = False) -> None:
         self._progress = Progress(
-            TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.description}"), console=Console(stderr=True), disable=quiet,
+            TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
+            TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True), disable=quiet,
         )
         self._task = self._progress.add_task("", total=total)
 
@@ -57,7 +57,7 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
         last = s.category
         table.add_row(
             s.category, s.mode, str(s.n_prompts), f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
-            f"{s.acceptance_rate:.1%}" if s.mean_draft_length else "-", f"{s.mean_accepted_length:.2f}",
+            f"{s.acceptance_rate:.1%}" if s.mean_draft_length else "-", f"{s.mean_tokens_per_step:.2f}",
             f"{s.drafted_steps:.0%}" if s.mode != "baseline" else "-", f"{s.mean_draft_length:.1f}" if s.mean_draft_length else "-",
         )
     console.print(table)

@@ -5,9 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from typing import TextIO
+from dataclasses import asdict
+from typing import TYPE_CHECKING, TextIO
+
+from localspec import __version__
 
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, TokenEvent, drain
+
+if TYPE_CHECKING:
+    from localspec.loader import ModelFiles
+    from localspec.settings import Settings
 
 
 def summary_line(stats: GenerationStats, stop_reason: str) -> str:
@@ -20,12 +27,21 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
             f"accepted {stats.n_accepted}/{stats.n_drafted} drafted ({stats.acceptance_rate:.1%}), "
             f"{stats.mean_tokens_per_step:.2f} tokens/pass"
         )
+        if stats.target_alone_tps and stats.tokens_per_second:
+            parts.append(
+                f"~{stats.tokens_per_second / stats.target_alone_tps:.2f}x the target alone "
+                f"(est. {stats.target_alone_tps:.1f} tok/s)"
+            )
     reused = stats.n_prompt - stats.n_prompt_evaluated
     evaluated = f", {stats.n_prompt_evaluated} evaluated" if reused > 0 else ""
     parts.append(f"prompt {stats.n_prompt} tokens{evaluated} ({stats.prompt_tokens_per_second:.0f} tok/s)")
     if stats.load_s:
         parts.append(f"load {stats.load_s:.2f}s")
     parts.append(f"stop: {stop_reason}")
+    if stats.draft_mode == "auto" and stats.drafter != "none":
+        # What auto did, and why it drafted less than it might have: the last drafter it stopped.
+        did = f"auto: drafted {stats.n_steps_drafted} of {stats.n_steps} steps"
+        parts.append(f"{did}; {stats.notes[-1]}" if stats.notes else did)
     return " · ".join(parts)
 
 
@@ -52,7 +68,17 @@ def collect(events: Iterable[Event], err: TextIO | None = None) -> DoneEvent:
     return drain(events, lambda ev: stream.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None)
 
 
-def result_json(done: DoneEvent, seed: int | None) -> str:
+def provenance(files: ModelFiles, settings: Settings) -> dict:
+    """What a result was produced with, in every command's --json: the version, the model files,
+    and the settings in force (by the names of the settings record)."""
+    return {
+        "version": __version__,
+        "model_files": {"target": str(files.model), "draft": str(files.draft) if files.draft else None},
+        "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()},
+    }
+
+
+def result_json(done: DoneEvent, seed: int | None, files: ModelFiles, settings: Settings) -> str:
     return json.dumps(
         {
             "text": done.text,
@@ -60,6 +86,7 @@ def result_json(done: DoneEvent, seed: int | None) -> str:
             "stop_reason": done.stop_reason,
             "seed": seed,
             "stats": done.stats.to_dict(),
+            **provenance(files, settings),
         },
         ensure_ascii=False,
     )

@@ -1,7 +1,10 @@
-"""The live terminal display: text streams normally, only a status line below it stays live.
+"""The live terminal display: text streams as the terminal wraps it, a status line stays below.
 
-Rich Live crops whatever is taller than the terminal, so the live region holds just the line being
-written plus the status line; every finished line is printed above it, where the terminal scrolls."""
+The text is written as it comes, never with a newline the model did not produce, so the screen
+and anything copied from it read as the model wrote it. The status line lives on the terminal's
+last row, outside a scroll region that holds everything above it (DECSTBM, which every VT100
+descendant has): the terminal itself wraps and scrolls the text, and the status line is redrawn in
+place, the cursor saved and restored around it. The region is always reset on the way out."""
 
 from __future__ import annotations
 
@@ -9,28 +12,33 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable
+from typing import TextIO
 
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.text import Text
 
-from localspec.engine.events import DoneEvent, Event, NoticeEvent, StepEvent, TokenEvent, drain
+from localspec.engine.events import DoneEvent, Event, NoticeEvent, PromptEvent, StepEvent, TokenEvent, drain
 
-DRAFT_STYLE = "green"
-NOTICE_STYLE = "yellow"
 RATE_WINDOW_S = 1.0
-MAX_LIVE_ROWS = 4  # a longer unfinished line is printed out, so the live region never outgrows the screen
+SAVE, RESTORE = "\x1b7", "\x1b8"  # DECSC / DECRC: the cursor's position (and attributes)
+DRAFT_COLOUR, DIM, RESET = "\x1b[32m", "\x1b[2m", "\x1b[0m"
+MIN_ROWS = 3  # a terminal this short shows the text without a status line
 
 
 class LiveStats:
-    """Running figures for the status line, from the engine's events alone."""
+    """Running figures for the status line, from the engine's events alone. Until the prompt is
+    evaluated it says so; rates count from then, as the summary's do."""
 
     def __init__(self, clock=time.perf_counter) -> None:
         self._clock = clock
         self.start = clock()
         self.n_generated = self.n_drafted = self.n_accepted = self.n_steps = 0
-        self.drafter = "none"
+        self.drafter = "-"
+        self.prompt: PromptEvent | None = None
         self._recent: deque[float] = deque()
+
+    def on_prompt(self, ev: PromptEvent) -> None:
+        self.prompt, self.drafter, self.start = ev, ev.drafter, self._clock()
 
     def on_step(self, ev: StepEvent) -> None:
         self.n_steps += 1
@@ -47,6 +55,8 @@ class LiveStats:
             self._recent.popleft()
 
     def status(self) -> Text:
+        if self.prompt is None and not self.n_generated:
+            return Text(f"processing prompt · {self._clock() - self.start:.1f}s", style="dim")
         elapsed = max(self._clock() - self.start, 1e-9)
         overall = self.n_generated / elapsed
         current = len(self._recent) / RATE_WINDOW_S if elapsed > RATE_WINDOW_S else overall
@@ -60,49 +70,99 @@ class LiveStats:
         return Text(" · ".join(parts), style="dim")
 
 
+class StatusTerminal:
+    """A terminal whose last row is a status line and whose other rows scroll the text."""
+
+    def __init__(self, out: TextIO, size, colour: bool) -> None:
+        self.out, self._size, self.colour = out, size, colour
+        self._rows = 0
+        self.ends_line = True  # whether the text written so far ends with a newline
+
+    def _margins(self) -> str:
+        """Keep the text in rows 1..H-1 (setting margins homes the cursor: it is saved around it)."""
+        self._rows = self._size()[1]
+        return f"{SAVE}\x1b[1;{self._rows - 1}r{RESTORE}"
+
+    def start(self) -> None:
+        if self._size()[1] < MIN_ROWS:
+            return  # no room for a status line: the text alone
+        # A row for the status line below the cursor: at the bottom of the screen this scrolls.
+        self.out.write("\n\x1b[1A" + self._margins())
+        self.out.flush()
+
+    def write(self, text: str, colour: str | None = None) -> None:
+        if not text:
+            return
+        self.ends_line = text.endswith("\n")
+        self.out.write(f"{colour}{text}{RESET}" if self.colour and colour else text)
+        self.out.flush()
+
+    def status(self, line: str) -> None:
+        width, rows = self._size()
+        if rows < MIN_ROWS:
+            return
+        redo = self._margins() if rows != self._rows else ""  # the terminal was resized
+        shown = line[: max(width - 1, 0)]
+        if self.colour:
+            shown = f"{DIM}{shown}{RESET}"
+        self.out.write(f"{redo}{SAVE}\x1b[{self._rows};1H\x1b[2K{shown}{RESTORE}")
+        self.out.flush()
+
+    def stop(self) -> None:
+        """Give the whole screen back and clear the status line; the cursor stays after the text."""
+        if self._rows:
+            self.out.write(f"{SAVE}\x1b[r\x1b[{self._rows};1H\x1b[2K{RESTORE}")
+        if not self.ends_line:
+            self.out.write("\n")
+        self.out.flush()
+
+
 class LiveRenderer:
     def __init__(self, console: Console, show_accepted: bool = False, refresh_per_second: float = 8) -> None:
         self.console = console
         self.show_accepted = show_accepted
-        self.refresh_per_second = refresh_per_second
+        self.refresh_s = 1.0 / refresh_per_second
         self.stats = LiveStats()
-        self._line = Text()
         self._lock = threading.Lock()
 
-    def _renderable(self) -> Group:
-        with self._lock:
-            return Group(self._line.copy(), self.stats.status())
-
-    def _write(self, live: Live, text: str, style: str | None) -> None:
-        with self._lock:
-            *done, rest = text.split("\n")
-            for piece in done:
-                self._line.append(piece, style=style)
-                live.console.print(self._line, soft_wrap=True)
-                self._line = Text()
-            self._line.append(rest, style=style)
-            if self._line.cell_len > MAX_LIVE_ROWS * max(self.console.width, 20):
-                live.console.print(self._line, soft_wrap=True)
-                self._line = Text()
-
     def render(self, events: Iterable[Event]) -> DoneEvent:
-        with Live(
-            get_renderable=self._renderable, console=self.console, refresh_per_second=self.refresh_per_second,
-            transient=True, vertical_overflow="visible",
-        ) as live:
+        console = self.console
+        term = StatusTerminal(console.file, lambda: console.size, colour=not console.no_color and console.color_system is not None)
+        notices: list[str] = []
+        stop = threading.Event()
 
-            def show(ev: Event) -> None:
+        def refresh() -> None:
+            while not stop.wait(self.refresh_s):
+                with self._lock:
+                    term.status(self.stats.status().plain)
+
+        def show(ev: Event) -> None:
+            with self._lock:
                 if isinstance(ev, TokenEvent):
                     self.stats.on_token()
                     if ev.text:
-                        style = DRAFT_STYLE if self.show_accepted and ev.source else None
-                        self._write(live, ev.text, style)
+                        term.write(ev.text, DRAFT_COLOUR if self.show_accepted and ev.source else None)
                 elif isinstance(ev, StepEvent):
                     self.stats.on_step(ev)
+                elif isinstance(ev, PromptEvent):
+                    self.stats.on_prompt(ev)
                 elif isinstance(ev, NoticeEvent):
-                    live.console.print(Text(f"note: {ev.message}", style=NOTICE_STYLE))
+                    notices.append(ev.message)  # shown after the text, which a line of its own would split
+                term.status(self.stats.status().plain)
 
+        ticker = threading.Thread(target=refresh, daemon=True)
+        with self._lock:
+            term.start()
+            term.status(self.stats.status().plain)
+        ticker.start()
+        try:
             done = drain(events, show)
-        self._line.append(done.tail)
-        self.console.print(self._line, soft_wrap=True)
+            with self._lock:
+                term.write(done.tail)
+        finally:
+            stop.set()
+            ticker.join()
+            term.stop()
+        for message in notices:
+            console.print(Text(f"note: {message}", style="yellow"))
         return done

@@ -1,0 +1,55 @@
+"""`localspec config`: the defaults in force, and where each comes from."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from localspec.cli.options import DraftOpt, ModelOpt, user_errors
+
+
+def config(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print a JSON object instead of a table.")] = False,
+) -> None:
+    """Show the settings run, chat and bench start from and where each comes from: a flag over
+    LOCALSPEC_* variables over an alias's recommendations over the config file over the built-in
+    defaults (bench has defaults of its own below the variables)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from localspec.loader import resolve
+    from localspec.settings import FIELDS
+    from localspec.user_config import config_path, layered, read_config, read_env
+
+    with user_errors():
+        file, env = read_config(), read_env()
+        picks = [("flag", model, draft), ("environment", env.model, env.draft), ("config file", file.model, file.draft)]
+        model_from = next(((src, m) for src, m, _ in picks if m is not None), ("built-in", None))
+        draft_from = next(((src, d) for src, _, d in picks if d is not None), (None, None))
+        files, recommended = resolve(model_from[1], draft_from[1], lambda _m: None)
+        draft_source = draft_from[0] or ("alias" if files.draft else "-")
+        values = layered(("config file", file.settings), ("alias", recommended), ("environment", env.settings))
+    out = {
+        "config_file": str(config_path()),
+        "config_file_exists": config_path().exists(),
+        "model": {"value": str(files.model), "from": model_from[0]},
+        "draft": {"value": str(files.draft) if files.draft else None, "from": draft_source},
+        "settings": {name: {"value": list(v) if isinstance(v, tuple) else v, "from": src} for name, (v, src) in values.items()},
+    }
+    if json_out:
+        typer.echo(json.dumps(out))
+        return
+    console = Console()
+    console.print(f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
+    console.print(f"model: {out['model']['value']} (from {model_from[0]})")
+    console.print(f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
+    table = Table(title="settings")
+    for col in ("setting", "flag", "environment variable", "value", "from"):
+        table.add_column(col)
+    for name, (value, source) in values.items():
+        table.add_row(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", repr(value), source)
+    console.print(table)

@@ -1,0 +1,108 @@
+"""Defaults a user keeps: a TOML file in the user config directory and LOCALSPEC_* variables.
+
+Both name a default model and draft (`model`, `draft`) and any setting of the settings record by
+its field name (`threads`, `gpu_layers`, `draft_max`, ...; LOCALSPEC_DRAFT_MAX in the environment).
+Precedence, highest first: a flag, the environment, the command's own defaults (bench's greedy
+temperature), an alias's recommended settings (for the settings it names), the config file, the
+built-in defaults."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from localspec.errors import LocalspecError
+from localspec.settings import FIELDS, SettingError, Settings, parse, value_types
+from localspec.text_input import from_arg, note, read_file
+
+CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user config directory
+REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (models/registry.py)
+ENV_PREFIX = "LOCALSPEC_"
+MODEL_KEYS = ("model", "draft")
+OTHER_ENV = {CONFIG_ENV, REGISTRY_ENV}  # LOCALSPEC_* variables that are not settings
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """One source of defaults: where it is, the model files it names, its settings by field name."""
+
+    source: str
+    model: str | None = None
+    draft: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def config_path() -> Path:
+    return Path(os.environ.get(CONFIG_ENV) or Path(platformdirs.user_config_dir("localspec")) / "config.toml")
+
+
+KINDS = {bool: "true or false", int: "an integer", float: "a number", tuple: "a list of texts", str: "text"}
+
+
+def _checked(values: dict[str, Any], where: str, naming: Callable[[str], str]) -> dict[str, Any]:
+    try:
+        Settings().merged(values)
+    except SettingError as e:
+        raise LocalspecError(f"{where}{e.worded(naming)}") from None
+    return values
+
+
+def read_config(path: Path | None = None, notify: Callable[[str], None] = note) -> Defaults:
+    """The config file's defaults (none when there is no file)."""
+    path = path or config_path()
+    if not path.exists():
+        return Defaults(str(path))
+    try:
+        data = tomllib.loads(read_file(path, "config file", notify))
+    except tomllib.TOMLDecodeError as e:
+        raise LocalspecError(f"config file {path} is not valid TOML: {e}") from None
+    unknown = sorted(set(data) - set(FIELDS) - set(MODEL_KEYS))
+    if unknown:
+        raise LocalspecError(f"config file {path}: {unknown[0]!r} is not a setting (see `localspec config`)")
+    for key in MODEL_KEYS:
+        if key in data and not isinstance(data[key], str):
+            raise LocalspecError(f"config file {path}: {key} must be a file path or an alias, in quotes")
+    settings = {}
+    for name in set(data) & set(FIELDS):
+        value, types = data[name], value_types(name)
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            raise LocalspecError(f"config file {path}: {name} must be {KINDS[types[-1]]}")
+        settings[name] = tuple(value) if isinstance(value, list) else value
+    return Defaults(str(path), data.get("model"), data.get("draft"), _checked(settings, f"config file {path}: ", lambda n: n))
+
+
+def layered(*sources: tuple[str, Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """Each setting's value and where it came from, `sources` given lowest first."""
+    out = {name: (getattr(Settings(), name), "built-in") for name in FIELDS}
+    for source, values in sources:
+        out.update({name: (value, source) for name, value in values.items()})
+    return out
+
+
+def read_env(environ: Mapping[str, str] | None = None, notify: Callable[[str], None] = note) -> Defaults:
+    """The defaults LOCALSPEC_* variables set (LOCALSPEC_MODEL, LOCALSPEC_THREADS, ...). A value
+    that is not UTF-8 is read as every other text is (text_input); a model path is taken as the
+    OS gives it, since file names need not be UTF-8."""
+    environ = os.environ if environ is None else environ
+    settings: dict[str, Any] = {}
+    models: dict[str, str] = {}
+    for var, text in environ.items():
+        if not var.startswith(ENV_PREFIX) or var in OTHER_ENV:
+            continue
+        name = var.removeprefix(ENV_PREFIX).lower()
+        if name in MODEL_KEYS:
+            models[name] = text
+        elif name in FIELDS:
+            try:
+                settings[name] = parse(name, from_arg(text, var, notify))
+            except ValueError:
+                raise LocalspecError(f"{var}={text!r}: must be {KINDS[value_types(name)[-1]]}") from None
+        else:
+            raise LocalspecError(f"{var} is not a setting (known: LOCALSPEC_MODEL, LOCALSPEC_DRAFT, LOCALSPEC_<SETTING>; see `localspec config`)")
+    return Defaults("environment", models.get("model"), models.get("draft"), _checked(settings, "", lambda n: f"{ENV_PREFIX}{n.upper()}"))
