@@ -21,7 +21,8 @@ def live_costs(verify: dict[int, float], drafts: dict[str, float] | None = None)
     calls of one and of three passes at `drafts[name]` a pass."""
     costs = LiveCosts()
     for b in sorted(verify):
-        costs.observe_verify(b, verify[b])
+        for _ in range(2):  # a width's figure is set by its first two passes
+            costs.observe_verify(b, verify[b])
     for name, per_pass in (drafts or {}).items():
         for passes in (1, 3, 1, 3):
             costs.observe_draft(name, passes, per_pass * passes)

@@ -103,15 +103,25 @@ def test_profiles_by_name_and_from_a_recorded_file(tmp_path):
         load_profile(str(path))
 
 
-def test_a_draft_that_sat_out_catches_up_on_the_newest_tokens_only(tiny: TinyModels):
+def test_a_draft_that_sat_out_catches_up_on_every_token_it_missed(tiny: TinyModels):
     with Model(tiny.close, model_options()) as m:
         view = DraftView(m)
         prompt = list(range(10, 20))
         view.begin(prompt)
         generated = list(range(100, 140))
-        view.sync(prompt + generated, window=4)
-        assert m.cached == prompt + generated[-4:]  # a hole where the draft sat out
-        view.sync(prompt + generated + [7, 8], window=4)
-        assert m.cached == prompt + generated[-4:] + [7, 8]  # later steps continue after the hole
+        passes = m.passes
+        view.sync(prompt + generated)
+        assert m.cached == prompt + generated and m.passes == passes + 1  # no hole, in one pass
         view.begin(prompt + [1])  # a new generation starts over from the real context
         assert m.cached == prompt + [1]
+
+
+def test_a_slow_first_pass_that_paged_in_the_weights_does_not_set_the_figure():
+    costs = LiveCosts()
+    costs.observe_verify(1, 0.5)  # the process's first pass reads the weights from disk
+    assert not costs.anchored
+    costs.observe_verify(1, 0.05)
+    assert costs.anchored and costs.verify(1) == pytest.approx(0.05)
+    costs.observe_verify(9, 0.4)  # the first wide pass: its first kernels
+    costs.observe_verify(9, 0.12)
+    assert costs.verify(9) == pytest.approx(0.12)

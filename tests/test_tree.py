@@ -155,23 +155,6 @@ def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny
     assert widths["dear"] <= 1  # and stays a chain (or drafts nothing) when each token is dear
 
 
-def test_a_tree_drafts_after_the_draft_skipped_part_of_the_context(tiny):
-    from localspec.engine.controller import FixedBudget
-
-    class ProbeBudget(FixedBudget):
-        def catch_up(self, source: str) -> int:
-            return 4
-
-    with Model(tiny.close, replace(model_options(), n_seq_max=4)) as d:
-        drafter = TreeDrafter(d, branches=3)
-        prompt = d.tokenize(PROMPTS[1])
-        drafter.begin(prompt, DraftSettings(p_split=0.0))
-        context = prompt + d.tokenize(" and then the cat ran to the big red house on the mat") * 3
-        draft = drafter.propose(context, ProbeBudget(6), GREEDY, np.random.default_rng(0))
-        assert len(draft.tokens) == 6 and TreeLayout.build(draft.parents).n_seqs > 1
-        assert len(d.cached) < len(context)  # it caught up on the newest tokens only
-
-
 def test_an_aborted_tree_pass_leaves_no_cells_in_the_branch_sequences(tiny):
     import threading
 

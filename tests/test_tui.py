@@ -121,7 +121,7 @@ def test_a_run_in_a_pty_shows_exactly_the_json_text(tiny: TinyModels):
     assert child.exitstatus == 0
     expected = json.loads(subprocess.run([sys.executable, *args, "--json"], capture_output=True, text=True, env=env, timeout=120).stdout)["text"]
     shown = written_text(child.before.replace("\r\n", "\n"))
-    assert shown.rstrip("\n") == expected.rstrip("\n") and len(expected) > 12 * 40
+    assert shown.rstrip("\n") == expected.rstrip("\n") and len(expected) > 4 * 40  # many rows wide
 
 
 def test_non_tty_prints_plain_text_only(tiny: TinyModels):

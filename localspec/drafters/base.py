@@ -36,9 +36,6 @@ class Budget(Protocol):
         """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
         `extend` token by token, so only whether to draft at all is decided here)."""
 
-    def catch_up(self, source: str) -> int:
-        """The most missed tokens `source` should evaluate before drafting (it skips older ones)."""
-
     def acceptance(self, source: str, confidence: float) -> float:
         """How likely a token drafted with this confidence is accepted, once all before it were."""
 

@@ -47,7 +47,7 @@ class DraftModelDrafter:
             return draft
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
         passes = self.model.passes
-        logits = self.view.sync(context, budget.catch_up(self.name))
+        logits = self.view.sync(context)
         path_p = 1.0
         for n in range(1, max_tokens + 1):
             q = None if params.greedy or (one_hot and coupled is None) else distribution(logits, params)

@@ -77,7 +77,7 @@ class TreeDrafter:
             return draft
         model = self.model
         passes = model.passes
-        first = self.view.sync(context, budget.catch_up(self.name))
+        first = self.view.sync(context)
         live = [_Branch(0, -1, _probs(first), lead=self._lead(first, params, len(context)))]
         depth = 0
         n_seqs = 1

@@ -1,16 +1,14 @@
 """What a draft model has been shown of the context, and its logits over the target's vocabulary.
 
-A draft model that sat out some steps (drafting did not pay, or prompt lookup drafted instead) must
-evaluate every token generated meanwhile before it can draft again. Past a few tokens that catch-up
-costs more than the probe it serves can win back: with a poor draft, catching up on everything made
-runs a few percent slower than the target alone. So the draft skips all but the newest few missing
-tokens (as many as the budget allows); the text it sees has a hole, which can only make its
-guesses a little worse, and the target verifies every guess anyway.
+A draft model that sat out some steps (drafting did not pay, or prompt lookup drafted instead)
+evaluates every token generated meanwhile, in one batched pass, before it drafts again: a draft
+shown a context with a hole guesses worse for the rest of the generation, and a probe judged on
+such guesses would keep a good draft benched.
 
 Target and draft may number a few more or fewer tokens (padded embedding rows: Qwen2.5 7B against
 0.5B, Gemma 3 27B against 1B). The draft then proposes only ids the target has, its distribution
 renormalised over them, and ids it lacks have q = 0; a target token the draft lacks is a hole in
-the draft's context like a skipped one, never fed to it."""
+the draft's context, never fed to it."""
 
 from __future__ import annotations
 
@@ -18,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.backend.model import Model, common_prefix
+from localspec.backend.model import Model
 
 
 class DraftView:
@@ -42,16 +40,13 @@ class DraftView:
         self.tokens, self.seen = self._known(context), len(context)
         self.model.sync(self.tokens)
 
-    def sync(self, context: Sequence[int], window: int) -> np.ndarray:
-        """Bring the draft up to `context` (a continuation of what it saw), evaluating at most
-        `window` of the tokens it lacks; the logits after it, over the target's vocabulary."""
+    def sync(self, context: Sequence[int]) -> np.ndarray:
+        """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
+        over the target's vocabulary."""
         if len(context) < self.seen:
             self.begin(context)
         self.tokens.extend(self._known(context[self.seen :]))
         self.seen = len(context)
-        cached = common_prefix(self.model.cached, self.tokens)
-        if len(self.tokens) - cached > window:
-            del self.tokens[cached : len(self.tokens) - window]
         return self.fit(self.model.sync(self.tokens))
 
     def fit(self, logits: np.ndarray) -> np.ndarray:

@@ -18,8 +18,9 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   the target alone starts a new trial.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 
-The first step of a fresh engine is a plain one: it times the target alone, so the first token
-comes as fast as without speculation. Decisions depend on timings, so a seeded run at temp > 0
+The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
+the two, the first also paging in the weights), so the first token comes as fast as without
+speculation. Decisions depend on timings, so a seeded run at temp > 0
 repeats only with --verify coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import Budget
-from localspec.engine.costs import MAX_CATCH_UP, LiveCosts
+from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, SourceEstimates, expected_tokens
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
@@ -36,7 +37,6 @@ TRIAL_LENGTH = 3  # tokens each of them drafts at least
 PROBE_LENGTH = 2
 FIRST_PROBE_AFTER = 8  # idle steps before a benched drafter is probed
 MAX_PROBE_INTERVAL = 64
-PROBE_CATCH_UP = 4  # a probe can win back little: the draft catches up on only this many missed tokens
 REFRESH_STEPS = 48
 REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
 MIN_EVIDENCE = 3.0  # decayed asked steps before realized throughput can bench a drafter
@@ -57,9 +57,6 @@ class FixedBudget:
 
     def limit(self, source: str, calibrated: bool = False) -> int:
         return self.cap
-
-    def catch_up(self, source: str) -> int:
-        return MAX_CATCH_UP
 
     def acceptance(self, source: str, confidence: float) -> float:
         return confidence
@@ -161,7 +158,7 @@ class AutoController:
         """(the most tokens `name` may draft this step, how many it must draft unconditionally)."""
         st = self.source(name)
         st.probing = False
-        if cap < 1 or not self.costs.seen_single or self._since_plain >= REFRESH_STEPS:
+        if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
         if st.trial > 0:
             k, floor = (cap if calibrated else max(self.best_length(name, cap), TRIAL_LENGTH)), TRIAL_LENGTH
@@ -179,9 +176,6 @@ class AutoController:
             k, floor = (cap if calibrated else best), 0
         self._asked = name
         return min(k, cap), min(floor, cap)
-
-    def catch_up(self, name: str) -> int:
-        return PROBE_CATCH_UP if self.source(name).probing else MAX_CATCH_UP
 
     def pays(self, name: str, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
@@ -264,9 +258,6 @@ class _AutoBudget:
             self.floor = max(self.floor, floor)
             return max(k, self.floor)
         return 0
-
-    def catch_up(self, name: str) -> int:
-        return self.controller.catch_up(name)
 
     def acceptance(self, name: str, confidence: float) -> float:
         return self.controller.estimates(name).calibrated(confidence)

@@ -13,8 +13,6 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-# A draft that sat out some steps catches up on at most this many tokens (drafters/view.py)
-MAX_CATCH_UP = 16
 LEVEL_RATE = 0.3  # how fast the level follows a new observation
 SHAPE_RATE = 0.15  # how fast a batch size's relative cost does
 DRAFT_DECAY = 0.9  # per observed draft call
@@ -70,7 +68,7 @@ class _DraftFit:
 class LiveCosts:
     level: float | None = None  # seconds of a one-token target pass, now
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
-    seen_single: bool = False  # whether a one-token pass anchored the shape yet
+    seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
     drafts: dict[str, _DraftFit] = field(default_factory=dict)
 
     # --- learning --------------------------------------------------------------------------
@@ -79,22 +77,27 @@ class LiveCosts:
         if seconds <= 0:
             return
         relative = self._relative(batch)
+        n = self.seen.get(batch, 0)
+        self.seen[batch] = n + 1
+        # A width's first two passes set its figure, the faster of them: a process's first passes
+        # also page in the weights (and on a GPU, build its kernels).
         if self.level is None:
             self.level = seconds / relative
             if batch > 1:
                 self.shape[batch] = relative
-        elif batch == 1 and not self.seen_single:
-            # The first one-token pass anchors the shape the wider ones were measured in.
+        elif batch == 1 and n < 2:
+            # One-token passes anchor the shape the wider ones were measured in.
+            anchor = seconds if n == 0 else min(seconds, self.level)
             for b in self.shape:
-                self.shape[b] *= self.level / seconds
-            self.level, self.shape[1] = seconds, 1.0
-        elif batch in self.shape:
+                self.shape[b] *= self.level / anchor
+            self.level, self.shape[1] = anchor, 1.0
+        elif batch > 1 and n < 2:
+            observed = seconds / self.level
+            self.shape[batch] = observed if n == 0 or batch not in self.shape else min(observed, self.shape[batch])
+        else:
             self.level += LEVEL_RATE * (_clip(seconds / relative, self.level) - self.level)
             if batch > 1:
                 self.shape[batch] += SHAPE_RATE * (_clip(seconds / self.level, relative) - relative)
-        else:
-            self.shape[batch] = seconds / self.level
-        self.seen_single |= batch == 1
 
     def observe_draft(self, source: str, passes: int, seconds: float) -> None:
         """A call to drafter `source` ran `passes` draft-model passes in `seconds`."""
@@ -105,6 +108,11 @@ class LiveCosts:
     def known(self) -> bool:
         """Whether there is any figure to decide from: a first step has been timed."""
         return self.level is not None
+
+    @property
+    def anchored(self) -> bool:
+        """Whether the target alone has been timed (twice: the faster of its first two passes)."""
+        return self.seen.get(1, 0) >= 2
 
     def _relative(self, batch: int) -> float:
         sizes = sorted(self.shape)

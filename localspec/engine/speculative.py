@@ -240,7 +240,7 @@ class SpeculativeEngine:
         stats.notes = controller.notes[notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}
-        if controller.costs.seen_single:
+        if controller.costs.seen.get(1):
             stats.target_alone_tps = controller.plain_rate()
         tail = stream.finish()
         yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
