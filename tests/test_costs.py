@@ -95,6 +95,7 @@ def test_profiles_by_name_and_from_a_recorded_file(tmp_path):
     path.write_text(json.dumps({"format": FORMAT, "verify": [[1, 0, 0.01], [1, 5, 0.03], [4, 0, 0.05]], "draft": {}}))
     mine = load_profile(str(path))
     assert mine.verify(1, 0, 0) == pytest.approx(0.02) and mine.verify(7, 0, 0) == pytest.approx(0.08)
+    assert cpu.draft("tree", 3, 0) == cpu.draft("draft-model", 3, 0) > 0 and cpu.draft("ngram", 0, 0) == 0.0
     for bad in ("gpu:1", "gpu:x", "nosuch"):
         with pytest.raises(LocalspecError):
             load_profile(bad)

@@ -28,7 +28,7 @@ def bench(
     category: Annotated[list[str] | None, typer.Option("--category", help="Only this category (repeatable).")] = None,
     limit: Annotated[int, typer.Option("--limit", help="At most this many prompts per category (0: all).")] = 0,
     max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", help=f"Tokens generated per prompt (default {BENCH_MAX_TOKENS}).")] = None,
-    modes: Annotated[str, typer.Option("--modes", help="Comma-separated: " + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items()) + ".")] = "",
+    modes: Annotated[str, typer.Option("--modes", metavar="MODE,...", help="Comma-separated: " + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items()) + " (default: baseline,draft,auto,ngram with a draft model, baseline,ngram without).")] = "",
     repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
     temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 (and with --verify coupled at any temperature) every mode is checked token by token against the baseline (default 0).")] = None,

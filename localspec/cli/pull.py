@@ -13,7 +13,7 @@ from localspec.errors import LocalspecError
 
 
 def pull(
-    alias: Annotated[str, typer.Argument(help="Model alias from models.toml (see `localspec models`).")],
+    alias: Annotated[str, typer.Argument(metavar="ALIAS", help="Model alias from models.toml (see `localspec models`).")],
     dir: Annotated[Path | None, typer.Option("--dir", help="Download into this folder instead of the Hugging Face cache.")] = None,
     check: Annotated[bool, typer.Option("--check", help="Hash files pulled before too, and fetch again any that changed.")] = False,
 ) -> None:
@@ -109,7 +109,7 @@ def models(
         console.print(f"[yellow]skipped[/yellow] {error}")
 
 
-def rm(alias: Annotated[str, typer.Argument(help="A pulled alias.")]) -> None:
+def rm(alias: Annotated[str, typer.Argument(metavar="ALIAS", help="A pulled alias.")]) -> None:
     """Delete an alias's downloaded files (those another pulled alias uses stay)."""
     from localspec.models.pulled import read_manifest_or_none, remove_alias
     from localspec.models.registry import load_registry

@@ -20,8 +20,8 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
 the two, the first also paging in the weights), so the first token comes as fast as without
-speculation. Decisions depend on timings, so a seeded run at temp > 0
-repeats only with --verify coupled (or in fixed mode); greedy output never depends on them."""
+speculation. Decisions depend on timings, so a seeded run at temp > 0 repeats only with --verify
+coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
 

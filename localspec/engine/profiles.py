@@ -58,8 +58,11 @@ class RecordedProfile:
         return t[lo] + (t[hi] - t[lo]) * (batch - lo) / (hi - lo)
 
     def draft(self, source: str, passes: int, at: float) -> float:
-        # A tree's or chain's draft model runs the same passes as a plain draft model's.
-        line = self.draft_lines.get(source) or self.draft_lines.get("draft-model") or (0.0, 0.0)
+        line = self.draft_lines.get(source)
+        if line is None:
+            # A tree's or chain's draft model runs the passes a plain draft model's does; a drafter
+            # that runs none (prompt lookup) costs next to nothing.
+            line = self.draft_lines.get("draft-model", (0.0, 0.0)) if passes else (0.0, 0.0)
         return line[0] + line[1] * passes
 
 
