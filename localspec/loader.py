@@ -50,9 +50,7 @@ def resolve(
     if Path(model).expanduser().exists() or model.endswith(".gguf"):
         return ModelFiles(Path(model).expanduser(), draft_path), {}
     alias = load_registry().get(model)
-    for spec in (alias.target, alias.draft if draft is None else None):
-        if spec is not None and spec.local is not None and not spec.local.exists():
-            raise LocalspecError(f"{model} names {spec.local}, which does not exist")
+    alias.local_files(with_draft=draft is None)
     manifest = read_manifest(model)
     target = alias.target.local or (manifest.local_path("target") if manifest else None)
     if target is None:

@@ -77,7 +77,24 @@ def read_config(path: Path | None = None, notify: Callable[[str], None] = note) 
     return Defaults(str(path), data.get("model"), data.get("draft"), _checked(settings, f"config file {path}: ", lambda n: n))
 
 
-def layered(*sources: tuple[str, Mapping[str, Any]]) -> dict[str, tuple[Any, str]]:
+def pick(key: str, flag: str | None, env: Defaults, config: Defaults) -> tuple[str | None, str | None]:
+    """`model` or `draft` by precedence, and where it came from ((None, None): nowhere)."""
+    for source, value in (("flag", flag), ("environment", getattr(env, key)), ("config file", getattr(config, key))):
+        if value is not None:
+            return value, source
+    return None, None
+
+
+def precedence(
+    config: Defaults, recommended: Mapping[str, Any], env: Defaults,
+    command: Mapping[str, Any] | None = None, flags: Mapping[str, Any] | None = None,
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """The sources of settings, lowest first (the module's docstring says why in this order)."""
+    return [("config file", config.settings), ("alias", recommended), ("command", command or {}),
+            ("environment", env.settings), ("flag", flags or {})]
+
+
+def layered(sources: list[tuple[str, Mapping[str, Any]]]) -> dict[str, tuple[Any, str]]:
     """Each setting's value and where it came from, `sources` given lowest first."""
     out = {name: (getattr(Settings(), name), "built-in") for name in FIELDS}
     for source, values in sources:

@@ -17,9 +17,9 @@ from localspec.errors import LocalspecError
 
 def test_the_first_step_s_numbers_are_usable_at_once():
     costs = LiveCosts()
-    assert not costs.known
+    assert costs.level is None
     costs.observe_verify(1, 0.04)
-    assert costs.known and costs.verify(1) == pytest.approx(0.04)
+    assert costs.level is not None and costs.verify(1) == pytest.approx(0.04)
     assert costs.verify(5) > costs.verify(1)  # wider passes: a prior shape until one is seen
     costs.observe_verify(5, 0.10)
     assert costs.verify(5) == pytest.approx(0.10)

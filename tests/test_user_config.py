@@ -52,7 +52,7 @@ def test_variables_name_a_model_and_settings_and_bad_ones_are_errors():
 
 
 def test_layers_lowest_first_say_where_each_value_came_from():
-    values = layered(("config file", {"threads": 4, "temp": 0.5}), ("environment", {"temp": 0.7}))
+    values = layered([("config file", {"threads": 4, "temp": 0.5}), ("environment", {"temp": 0.7})])
     assert values["threads"] == (4, "config file") and values["temp"] == (0.7, "environment")
     assert values["draft_max"] == (16, "built-in")
 

@@ -23,20 +23,20 @@ def config(
 
     from localspec.loader import resolve
     from localspec.settings import FIELDS
-    from localspec.user_config import config_path, layered, read_config, read_env
+    from localspec.user_config import config_path, layered, pick, precedence, read_config, read_env
 
     with user_errors():
         file, env = read_config(), read_env()
-        picks = [("flag", model, draft), ("environment", env.model, env.draft), ("config file", file.model, file.draft)]
-        model_from = next(((src, m) for src, m, _ in picks if m is not None), ("built-in", None))
-        draft_from = next(((src, d) for src, _, d in picks if d is not None), (None, None))
-        files, recommended = resolve(model_from[1], draft_from[1], lambda _m: None)
-        draft_source = draft_from[0] or ("alias" if files.draft else "-")
-        values = layered(("config file", file.settings), ("alias", recommended), ("environment", env.settings))
+        model_given, model_source = pick("model", model, env, file)
+        draft_given, draft_source = pick("draft", draft, env, file)
+        files, recommended = resolve(model_given, draft_given, lambda _m: None)
+        model_source = model_source or "built-in"
+        draft_source = draft_source or ("alias" if files.draft else "-")
+        values = layered(precedence(file, recommended, env))
     out = {
         "config_file": str(config_path()),
         "config_file_exists": config_path().exists(),
-        "model": {"value": str(files.model), "from": model_from[0]},
+        "model": {"value": str(files.model), "from": model_source},
         "draft": {"value": str(files.draft) if files.draft else None, "from": draft_source},
         "settings": {name: {"value": list(v) if isinstance(v, tuple) else v, "from": src} for name, (v, src) in values.items()},
     }
@@ -45,7 +45,7 @@ def config(
         return
     console = Console()
     console.print(f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
-    console.print(f"model: {out['model']['value']} (from {model_from[0]})")
+    console.print(f"model: {out['model']['value']} (from {model_source})")
     console.print(f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
     table = Table(title="settings")
     for col in ("setting", "flag", "environment variable", "value", "from"):

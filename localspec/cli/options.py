@@ -133,15 +133,16 @@ def request(
     settings: flags given over LOCALSPEC_* variables over the command's own defaults (`defaults_`)
     over the alias's recommended settings over the config file over the built-in defaults."""
     from localspec.loader import resolve
-    from localspec.user_config import read_config, read_env
+    from localspec.user_config import pick, precedence, read_config, read_env
 
     config, env = read_config(notify=notify), read_env(notify=notify)
-    model = next((m for m in (given.get("model"), env.model, config.model) if m is not None), None)
-    draft = next((d for d in (given.get("draft"), env.draft, config.draft) if d is not None), None)
+    model, _ = pick("model", given.get("model"), env, config)
+    draft, _ = pick("draft", given.get("draft"), env, config)
     files, recommended = resolve(model, draft, notify)
     # --seed -1 asks for a random seed: the command's own (drawn and reported) serves.
     flags = {k: v for k, v in given.items() if k in FIELDS and v is not None and (k, v) != ("seed", RANDOM_SEED)}
-    settings = Settings().merged({**config.settings, **recommended, **defaults_, **env.settings, **flags})
+    sources = precedence(config, recommended, env, defaults_, flags)
+    settings = Settings().merged({k: v for _source, values in sources for k, v in values.items()})
     if model is None and files.draft is None:
         lookup = settings.lookup is not False
         notify(f"using the embedded {EMBEDDED_NAME} with {'n-gram prompt lookup' if lookup else 'no drafting'}")

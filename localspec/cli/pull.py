@@ -26,10 +26,7 @@ def pull(
 
     with user_errors():
         entry = load_registry().get(alias)
-        local = [spec.local for spec in (entry.target, entry.draft) if spec is not None and spec.local is not None]
-        for path in local:
-            if not path.exists():
-                raise LocalspecError(f"{alias} names {path}, which does not exist")
+        local = entry.local_files()
         if len(local) == (2 if entry.draft else 1):
             typer.echo(f"nothing to download: {alias} names files on this machine ({', '.join(map(str, local))})", err=True)
             _next_step(alias)

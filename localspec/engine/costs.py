@@ -105,11 +105,6 @@ class LiveCosts:
 
     # --- predictions -----------------------------------------------------------------------
     @property
-    def known(self) -> bool:
-        """Whether there is any figure to decide from: a first step has been timed."""
-        return self.level is not None
-
-    @property
     def anchored(self) -> bool:
         """Whether the target alone has been timed (twice: the faster of its first two passes)."""
         return self.seen.get(1, 0) >= 2

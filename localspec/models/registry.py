@@ -49,6 +49,15 @@ class Alias:
     settings: dict[str, Any] = field(default_factory=dict)
     facts: dict[str, Any] = field(default_factory=dict)
 
+    def local_files(self, with_draft: bool = True) -> list[Path]:
+        """The files this alias names on this machine (`path = ...`); an error if one is missing."""
+        specs = (self.target, self.draft if with_draft else None)
+        paths = [spec.local for spec in specs if spec is not None and spec.local is not None]
+        for path in paths:
+            if not path.exists():
+                raise LocalspecError(f"{self.name} names {path}, which does not exist")
+        return paths
+
 
 @dataclass
 class Registry:
