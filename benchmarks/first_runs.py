@@ -5,7 +5,7 @@ keeps one core busy.
 
 Usage: python benchmarks/first_runs.py TARGET.gguf [--draft DRAFT.gguf] --prompts FILE.jsonl
            [--category C ...] [--limit 1] [-n 128] [--modes baseline,auto,fixed-4,fixed-8,fixed-16,lookup]
-           [--busy] [--repeat R] [--json OUT.json]
+           [--busy] [--threads T] [--cache-dir DIR] [--repeat R] [--json OUT.json]
 Modes: baseline (the target alone), auto (the draft model, run's default), fixed-K (the draft model
 at K tokens a step), lookup (prompt lookup alone, run's default without a draft model).
 Prints per category the median speedup of each mode over baseline (from the same prompt and repeat)
@@ -41,11 +41,11 @@ def mode_args(mode: str, draft: Path | None) -> list[str]:
     raise SystemExit(f"unknown mode {mode}")
 
 
-def run_once(target: Path, args: list[str], prompt: str, n: int) -> dict:
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "XDG_CACHE_HOME": cache}
+def run_once(target: Path, args: list[str], prompt: str, n: int, cache_dir: Path | None = None) -> dict:
+    with tempfile.TemporaryDirectory() as fresh:
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir or fresh)}
         cmd = [sys.executable, "-m", "localspec", "run", "-m", str(target), *args, "-n", str(n), "--temp", "0", "--json", "-p", prompt]
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:8])} ... failed: {res.stderr[-500:]}")
     return json.loads(res.stdout)["stats"]
@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--modes", default="baseline,auto,fixed-4,fixed-8,fixed-16")
     ap.add_argument("--busy", action="store_true", help="keep one core busy with another process throughout")
+    ap.add_argument("--threads", type=int, help="-t and -td for every run (default: run's, the physical cores)")
+    ap.add_argument("--cache-dir", type=Path, help="one cache directory for every run, kept (default: an empty one per run)")
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -80,7 +82,8 @@ def main() -> None:
         for prompt in load_prompts(a.prompts, a.category, a.limit):
             for r in range(a.repeat):
                 for mode in modes:
-                    s = run_once(a.target, mode_args(mode, a.draft), prompt.text, a.n)
+                    threads = ["-t", str(a.threads), "-td", str(a.threads)] if a.threads else []
+                    s = run_once(a.target, mode_args(mode, a.draft) + threads, prompt.text, a.n, a.cache_dir)
                     rows.append({"category": prompt.category, "prompt_id": prompt.id, "repeat": r, "mode": mode,
                                  "tokens_per_second": s["tokens_per_second"], "first_token_s": s["first_token_s"],
                                  "n_drafted": s["n_drafted"], "n_accepted": s["n_accepted"], "notes": s["notes"]})

@@ -85,9 +85,10 @@ def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag:
 
 
 def load_models(
-    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False
+    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False, serving: bool = False
 ) -> tuple[Model, Model | None]:
-    """Check both files and their vocabularies before any weights are loaded, then load them."""
+    """Check both files and their vocabularies before any weights are loaded, then load them
+    (serving: each keeping settings.slots conversations in its cache)."""
     check_gguf(files.model, "model")
     if files.draft is not None:
         check_gguf(files.draft, "draft")
@@ -96,6 +97,7 @@ def load_models(
     cores, gpu = physical_cores(), default_gpu_layers()
     # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
     n_seq_max = settings.draft_branches if files.draft is not None else 1
+    slots = settings.slots if serving else 0
     threads = settings.threads or cores
     target = _model(
         files.model,
@@ -106,6 +108,7 @@ def load_models(
             n_gpu_layers=gpu if settings.gpu_layers is None else settings.gpu_layers,
             rollback_snapshots=settings.draft_max + 1,
             n_seq_max=n_seq_max,
+            slots=slots,
             verbose=verbose,
         ),
         cancel,
@@ -123,6 +126,7 @@ def load_models(
                 n_threads_batch=draft_threads,
                 n_gpu_layers=gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers,
                 n_seq_max=n_seq_max,
+                slots=slots,
                 verbose=verbose,
             ),
             cancel,
@@ -160,10 +164,12 @@ def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settin
     return ChainDrafter([NgramDrafter(), model]) if kind == "chain" else model
 
 
-def load(files: ModelFiles, settings: Settings, cancel: threading.Event | None = None, verbose: bool = False) -> Loaded:
+def load(
+    files: ModelFiles, settings: Settings, cancel: threading.Event | None = None, verbose: bool = False, serving: bool = False
+) -> Loaded:
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
-    target, draft = load_models(files, settings, cancel, verbose)
+    target, draft = load_models(files, settings, cancel, verbose, serving)
     drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

@@ -25,7 +25,8 @@ CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user 
 REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (models/registry.py)
 ENV_PREFIX = "LOCALSPEC_"
 MODEL_KEYS = ("model", "draft")
-OTHER_ENV = {CONFIG_ENV, REGISTRY_ENV}  # LOCALSPEC_* variables that are not settings
+API_KEY_ENV = "LOCALSPEC_API_KEY"  # serve's --api-key, kept out of the process list
+OTHER_ENV = {CONFIG_ENV, REGISTRY_ENV, API_KEY_ENV}  # LOCALSPEC_* variables that are not settings
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import pytest
 from cost_tables import live_costs
 
 from localspec.engine.controller import (
-    FIRST_PROBE_AFTER, REFRESH_STEPS, TRIAL_LENGTH, TRIAL_STEPS, AutoController, FixedBudget,
+    FIRST_PROBE_AFTER, PROBE_LENGTH, RECHECK_AFTER, REFRESH_STEPS, TRIAL_LENGTH, TRIAL_STEPS, AutoController, FixedBudget,
 )
 from localspec.engine.estimates import expected_tokens
 
@@ -19,7 +19,7 @@ def settled(verify=CPU_LIKE, drafts=None) -> AutoController:
     """A controller that has timed these costs and whose drafters are past their trial."""
     ctl = AutoController(live_costs(verify, drafts if drafts is not None else {"draft-model": 1 / 6}))
     for name in ("draft-model", "ngram", "tree"):
-        ctl.source(name).trial = 0
+        ctl.gate(name).trial = 0
     return ctl
 
 
@@ -106,7 +106,7 @@ def test_realized_throughput_benches_a_drafter_that_loses_and_probes_it_less_and
         k = budget.limit("draft-model", calibrated=True)
         asked.append(k > 0)
         if k and step > 10:
-            assert ctl.source("draft-model").probing  # by now every ask is a probe
+            assert ctl.gate("draft-model").probing  # by now every ask is a probe
         # ...but every drafted step takes 3 one-token passes for one token: slower than the target alone.
         ctl.record_step(4 if k else 0, 1, 3.0 if k else 1.0)
     assert asked[:3] == [True] * 3 and sum(asked) < 12
@@ -180,3 +180,39 @@ def test_sure_drafts_run_long_and_unsure_ones_stop():
     for _ in range(30):
         gpu.update("draft-model", 8, 8)
     assert gpu.budget(16).keep("draft-model", 0.05, 3)
+
+
+def test_lookup_match_lengths_share_one_trial_and_one_verdict():
+    ctl = AutoController(live_costs(CPU_LIKE, {"ngram": 0.0}))
+    for seconds in (1.0, 1.0):
+        ctl.costs.observe_verify(1, seconds)
+        ctl.record_step(0, 1, seconds)
+    floors = []
+    for kind in ("ngram-2", "ngram-3", "ngram-4", "ngram-2"):
+        budget = ctl.budget(8)
+        budget.limit(kind)
+        floors.append(budget.floor)
+        ctl.record_step(3, 1, 2.0)
+    assert floors[:TRIAL_STEPS] == [TRIAL_LENGTH] * TRIAL_STEPS and floors[TRIAL_STEPS] == 0
+    # Losing steps under any match length bench lookup as a whole.
+    for step in range(20):
+        kind = f"ngram-{2 + step % 3}"
+        k = ctl.budget(8).limit(kind)
+        ctl.record_step(k, 1, 2.0 if k else 1.0)
+    assert ctl.gate("ngram-3").benched and ctl.notes == [ctl.notes[0]] and ctl.notes[0].startswith("ngram ")
+
+
+
+def test_a_lookup_match_length_that_does_not_pay_sits_out_and_rechecks_now_and_then():
+    ctl = settled(drafts={"ngram": 0.0})
+    for _ in range(30):
+        ctl.update("ngram-2", 4, 0)  # short matches miss...
+        ctl.update("ngram-4", 8, 8)  # ...long ones hit
+    limits = []
+    for _ in range(4 * RECHECK_AFTER):
+        k = ctl.budget(8).limit("ngram-2")
+        limits.append(k)
+        ctl.record_step(k, 1, 1.0)
+    rechecks = [i for i, k in enumerate(limits) if k]
+    assert rechecks == [RECHECK_AFTER - 1, 3 * RECHECK_AFTER - 1] and limits[rechecks[0]] == PROBE_LENGTH  # less and less often
+    assert ctl.budget(8).limit("ngram-4") > 0 and not ctl.gate("ngram").benched  # lookup goes on

@@ -13,6 +13,7 @@ ROOT = Path(localspec.__file__).parent
 # Top to bottom: a module may import from its own layer and the layers below it, never above.
 LAYERS = [
     ("cli", ("localspec.cli", "localspec.__main__")),
+    ("server", ("localspec.server",)),
     ("orchestration", ("localspec.loader", "localspec.chat", "localspec.bench", "localspec.prompt")),
     ("models", ("localspec.models",)),  # aliases, the Hub, pulled files
     ("settings", ("localspec.settings", "localspec.user_config")),

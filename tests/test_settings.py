@@ -23,7 +23,7 @@ def test_defaults_are_valid_and_build_the_engine_config():
         ({"draft_max": 0}, "--draft-max must be in [1, 256]", "draft-max must be in [1, 256]", "speculative.n_max must be in [1, 256]"),
         ({"draft_max": 4, "draft_min": 5}, "--draft-min must be in [0, --draft-max]", "draft-min must be in [0, draft-max]", "speculative.n_min must be in [0, speculative.n_max]"),
         ({"temp": float("nan")}, "--temp must be a finite number", "temp must be a finite number", "temperature must be a finite number"),
-        ({"draft_mode": "fast"}, "--draft-mode must be one of auto, fixed", "draft-mode must be one of auto, fixed", "speculative.mode must be one of auto, fixed"),
+        ({"draft_mode": "fast"}, "--draft-mode must be one of auto, fixed, off", "draft-mode must be one of auto, fixed, off", "speculative.mode must be one of auto, fixed, off"),
         ({"seed": -2}, "--seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)"),
     ],
 )
@@ -39,7 +39,7 @@ def test_every_field_says_when_it_may_change():
     assert set(PER_GENERATION) >= {"temp", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "draft_max", "draft_min",
                                    "draft_p_min", "draft_policy", "draft_mode", "draft_p_split", "lookup_min", "lookup_max"}
     load = {n for n, a in FIELDS.items() if a.phase == LOAD}
-    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup"}
+    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots"}
     assert all(a.phase in (LOAD, GENERATION) for a in FIELDS.values())
     assert all(FIELDS[n].api for n in PER_GENERATION)  # a server can override each per-generation setting
 

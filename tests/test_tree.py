@@ -148,7 +148,7 @@ def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny
         drafter.begin(context, DraftSettings(p_split=0.1))
         for name, costs in (("cheap", cheap), ("dear", dear)):
             controller = AutoController(costs)
-            controller.source("tree").trial = 0  # judged on the costs alone, not drafting on trial
+            controller.gate("tree").trial = 0  # judged on the costs alone, not drafting on trial
             draft = drafter.propose(context, controller.budget(8), GREEDY, rng)
             widths[name] = TreeLayout.build(draft.parents).n_seqs if draft.tokens else 0
     assert widths["cheap"] > 1  # the draft's runners-up open side branches when they cost nothing

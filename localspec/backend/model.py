@@ -12,6 +12,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.logs import silence_llama_logs
+from localspec.backend.slots import KeptSequences, common_prefix
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
@@ -30,6 +31,8 @@ class ModelOptions:
     n_gpu_layers: int = 0
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
+    # Token sequences kept (in host memory) after their generation, a server's conversations; 0: none.
+    slots: int = 0
     verbose: bool = False
 
 
@@ -84,6 +87,8 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.cached: list[int] = []
+        # A recurrent state cannot be cut back to a shared prefix: it keeps nothing.
+        self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
 
@@ -263,6 +268,10 @@ class Model:
         self.decode(tokens[n:], all_logits=False)
         return n
 
+    def resume(self, tokens: Sequence[int]) -> None:
+        """A generation over `tokens` starts from the kept sequence sharing most of them (slots.py)."""
+        self.kept.switch(tokens)
+
     def sync(self, tokens: Sequence[int]) -> np.ndarray:
         """prefill(), then the logits after the last token."""
         self.prefill(tokens, reevaluate_last=True)
@@ -283,10 +292,3 @@ class Model:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n

@@ -15,6 +15,7 @@ from localspec.cli.chat import chat
 from localspec.cli.config import config
 from localspec.cli.pull import models, pull, rm
 from localspec.cli.run import run
+from localspec.cli.serve import serve
 
 def _flags_show_no_type(display_type_rich):
     """Typer labels every flag `<bool>` in --help, which reads as if it took a value (`--raw true`
@@ -54,6 +55,7 @@ def root(
 app.command()(run)
 app.command()(chat)
 app.command()(bench)
+app.command()(serve)
 app.command()(pull)
 app.command()(models)
 app.command()(rm)

@@ -23,11 +23,11 @@ EXIT_INTERRUPTED = 130
 # Options shared by run, chat and bench. A setting's flag and help come from the settings record
 # (localspec/settings.py); a command's parameter has the setting's name, so `request` finds it.
 # Help groups them in panels; short flags follow llama.cpp's where they clash with nothing here.
-MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT = "Model", "Drafting", "Sampling", "Performance", "Output"
+MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT, SERVER = "Model", "Drafting", "Sampling", "Performance", "Output", "Server"
 PANELS = {
     "max_tokens": SAMPLING, "temp": SAMPLING, "top_k": SAMPLING, "top_p": SAMPLING, "min_p": SAMPLING,
     "seed": SAMPLING, "stop": SAMPLING, "verify": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
-    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE,
+    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE, "slots": SERVER,
 }
 
 
@@ -71,6 +71,7 @@ DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
 LookupOpt = Annotated[bool | None, _setting("lookup")]
 LookupMinOpt = Annotated[int | None, _setting("lookup_min")]
 LookupMaxOpt = Annotated[int | None, _setting("lookup_max")]
+SlotsOpt = Annotated[int | None, _setting("slots")]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]

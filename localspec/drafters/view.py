@@ -38,6 +38,7 @@ class DraftView:
     def begin(self, context: Sequence[int]) -> None:
         """A new generation: the draft evaluates the whole prompt (reusing what its cache shares)."""
         self.tokens, self.seen = self._known(context), len(context)
+        self.model.resume(self.tokens)
         self.model.sync(self.tokens)
 
     def sync(self, context: Sequence[int]) -> np.ndarray:

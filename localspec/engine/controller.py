@@ -37,6 +37,11 @@ TRIAL_LENGTH = 3  # tokens each of them drafts at least
 PROBE_LENGTH = 2
 FIRST_PROBE_AFTER = 8  # idle steps before a benched drafter is probed
 MAX_PROBE_INTERVAL = 64
+# A lookup match length whose estimates say it does not pay sits out; after this many of its
+# matches it drafts a probe (then after twice as many, up to MAX_PROBE_INTERVAL times 4), so that
+# early misses do not keep it out for good: an engine lives on through a chat or a server's
+# requests, and texts change.
+RECHECK_AFTER = 16
 REFRESH_STEPS = 48
 REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
 MIN_EVIDENCE = 3.0  # decayed asked steps before realized throughput can bench a drafter
@@ -69,18 +74,11 @@ class FixedBudget:
 
 
 @dataclass
-class _Source:
-    """What auto knows of one drafter (one kind of proposal, for prompt lookup)."""
+class _Realized:
+    """Decayed over the steps a drafter was asked to draft: their count, tokens and seconds, and the
+    sum and sum of squares of each one's excess (tokens beyond what the target alone would have
+    emitted in the same time)."""
 
-    estimates: SourceEstimates = field(default_factory=SourceEstimates)
-    trial: int = TRIAL_STEPS  # trial steps left
-    benched: bool = False
-    idle_steps: int = 0
-    probe_interval: int = FIRST_PROBE_AFTER
-    probing: bool = False
-    # Over the steps it was asked to draft, decayed: their count, tokens and seconds, and the sum
-    # and sum of squares of each one's excess (tokens beyond what the target alone would have
-    # emitted in the same time).
     steps: float = 0.0
     tokens: float = 0.0
     seconds: float = 0.0
@@ -97,33 +95,50 @@ class _Source:
         self.excess, self.excess_sq = self.excess * factor, self.excess_sq * factor
 
     def losing(self) -> bool:
-        """Whether its steps yield fewer tokens than the target alone would, beyond their noise."""
+        """Whether these steps yield fewer tokens than the target alone would, beyond their noise."""
         if self.steps < MIN_EVIDENCE:
             return False
         mean = self.excess / self.steps
         var = max(self.excess_sq / self.steps - mean * mean, 0.0)
         return mean + LOSS_CONFIDENCE * (var / self.steps) ** 0.5 < 0
 
-    def realized(self) -> float:
+    def rate(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Gate:
+    """Whether a drafter drafts at all: its trial, its realized throughput, benching and probes.
+    One per drafter: prompt lookup's match lengths share it (each has its own acceptance
+    estimates), so a marginal lookup is tried, judged and benched once, not once per length."""
+
+    trial: int = TRIAL_STEPS  # trial steps left
+    benched: bool = False
+    idle_steps: int = 0
+    probe_interval: int = FIRST_PROBE_AFTER
+    probing: bool = False
+    realized: _Realized = field(default_factory=_Realized)
 
 
 @dataclass
 class AutoController:
     costs: LiveCosts = field(default_factory=LiveCosts)
-    _sources: dict[str, _Source] = field(default_factory=dict)
+    _gates: dict[str, _Gate] = field(default_factory=dict)  # per drafter
+    _estimates: dict[str, SourceEstimates] = field(default_factory=dict)  # per kind of proposal
     # Decayed tokens and seconds of every step: the rate decoding reaches.
     _tokens: float = 0.0
     _seconds: float = 0.0
     _since_plain: int = 0
     _asked: str | None = None  # the source asked to draft this step
+    # Lookup match lengths sitting out: matches since the last recheck, and the interval.
+    _sat_out: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
 
-    def source(self, name: str) -> _Source:
-        return self._sources.setdefault(name, _Source())
+    def gate(self, name: str) -> _Gate:
+        return self._gates.setdefault(_kind(name), _Gate())
 
     def estimates(self, name: str) -> SourceEstimates:
-        return self.source(name).estimates
+        return self._estimates.setdefault(name, SourceEstimates())
 
     def plain_rate(self) -> float:
         return 1.0 / self.costs.verify(1)
@@ -156,7 +171,7 @@ class AutoController:
 
     def limit(self, name: str, cap: int, calibrated: bool) -> tuple[int, int]:
         """(the most tokens `name` may draft this step, how many it must draft unconditionally)."""
-        st = self.source(name)
+        st = self.gate(name)
         st.probing = False
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
@@ -170,10 +185,19 @@ class AutoController:
             k, floor = (cap if calibrated else max(self.best_length(name, cap), PROBE_LENGTH)), PROBE_LENGTH
         else:
             best = self.best_length(name, cap)
-            if best == 0:
+            if best == 0 and name == _kind(name):
                 self._bench(name, "its estimated gain does not cover its cost")
                 return 0, 0
             k, floor = (cap if calibrated else best), 0
+            if best == 0:  # a lookup match length that does not pay: it sits out, and rechecks now and then
+                wait = self._sat_out.setdefault(name, [0, RECHECK_AFTER])
+                wait[0] += 1
+                if wait[0] < wait[1]:
+                    return 0, 0
+                wait[:] = [0, min(2 * wait[1], 4 * MAX_PROBE_INTERVAL)]
+                k, floor = PROBE_LENGTH, PROBE_LENGTH
+            else:
+                self._sat_out.pop(name, None)
         self._asked = name
         return min(k, cap), min(floor, cap)
 
@@ -204,39 +228,39 @@ class AutoController:
         verification) towards realized throughput."""
         plain = self.plain_rate()
         if self._asked is not None:
-            st = self.source(self._asked)
-            st.add(emitted, seconds, plain)
+            st = self.gate(self._asked)
+            st.realized.add(emitted, seconds, plain)
             if st.probing:
                 self._after_probe(self._asked, emitted >= plain * seconds)
             elif st.trial > 0:
                 st.trial -= 1
-            elif st.losing():
-                self._bench(self._asked, f"its steps ran at {st.realized():.1f} tok/s, the target alone at {plain:.1f}")
+            elif st.realized.losing():
+                self._bench(self._asked, f"its steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
             self._asked = None
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
 
     def _bench(self, name: str, why: str) -> None:
-        st = self.source(name)
+        st = self.gate(name)
         if not st.benched:
-            self.notes.append(f"{name} stopped drafting: {why}")
+            self.notes.append(f"{_kind(name)} stopped drafting: {why}")
         st.benched, st.idle_steps = True, 0
 
     def _after_probe(self, name: str, won: bool) -> None:
-        st = self.source(name)
+        st = self.gate(name)
         st.probing = False
         if won:
             # Fresh evidence from here: a trial, its realized throughput counted anew.
             st.benched, st.trial, st.probe_interval = False, TRIAL_STEPS, FIRST_PROBE_AFTER
-            st.scale(0.2)
+            st.realized.scale(0.2)
         else:
             st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
 
 
 def _kind(name: str) -> str:
     """The drafter a proposal kind belongs to (prompt lookup learns acceptance per match length,
-    but every kind costs the same call)."""
+    but every kind costs the same call and shares one gate)."""
     return name.split("-", 1)[0] if name.startswith("ngram") else name
 
 

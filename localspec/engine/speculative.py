@@ -45,7 +45,7 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    draft_mode: str = "fixed"  # fixed: up to draft_max every step; auto: the controller decides (the CLI default)
+    draft_mode: str = "fixed"  # fixed: up to draft_max every step; auto: the controller decides (the CLI default); off: none
     verify: str = "standard"  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
 
@@ -132,8 +132,9 @@ class SpeculativeEngine:
             )
         cancel = cancel or threading.Event()
         rng = rng or np.random.default_rng(config.seed)
-        stats = GenerationStats(drafter=self.drafter_name, n_prompt=len(prompt), draft_mode=config.draft_mode)
-        drafter = self.drafter
+        drafter = self.drafter if config.draft_mode != "off" else None
+        drafter_name = self.drafter_name if drafter else "none"
+        stats = GenerationStats(drafter=drafter_name, n_prompt=len(prompt), draft_mode=config.draft_mode)
         controller, clock = self.controller, self.clock
         auto = config.draft_mode == "auto"
         notes_before = len(controller.notes)
@@ -150,6 +151,7 @@ class SpeculativeEngine:
         try:
             # The last prompt token goes into the first verification batch, so even the first
             # generated token can come from the draft.
+            target.resume(ctx)
             reused = target.prefill(ctx[:-1])
             stats.n_prompt_evaluated = len(ctx) - reused
             if drafter is not None:
@@ -157,7 +159,7 @@ class SpeculativeEngine:
         except DecodeAborted:
             stop_reason = "interrupted"
         stats.prompt_s = clock.prompt(stats.n_prompt_evaluated, time.perf_counter() - wall)
-        yield PromptEvent(len(prompt), stats.n_prompt_evaluated, stats.prompt_s, self.drafter_name)
+        yield PromptEvent(len(prompt), stats.n_prompt_evaluated, stats.prompt_s, drafter_name)
         clock.begin()
         t_gen = clock.now()
         first_token = True

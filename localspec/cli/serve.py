@@ -1,0 +1,147 @@
+"""`localspec serve`: the OpenAI-compatible server (localspec/server/)."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import ipaddress
+import signal
+import socket
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localspec.cli.options import (
+    SERVER, CtxOpt, DraftBranchesOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt,
+    DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
+    SAMPLING, SeedOpt, SlotsOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, VerifyOpt, fail, request, user_errors,
+)
+
+UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the context is full
+
+
+def serve(
+    model: ModelOpt = None,
+    draft: DraftOpt = None,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback exposes the server to the network.", rich_help_panel=SERVER)] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed at start).", rich_help_panel=SERVER)] = 8080,
+    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar="LOCALSPEC_API_KEY", help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
+    max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
+    cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
+    shutdown_timeout: Annotated[float, typer.Option("--shutdown-timeout", min=0, help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is cancelled.", rich_help_panel=SERVER)] = 10.0,
+    slots: SlotsOpt = None,
+    max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", min=1, help="Most tokens of a reply whose request sets no limit (default: until it ends or the context is full).", rich_help_panel=SAMPLING)] = None,
+    temp: TempOpt = None,
+    top_k: TopKOpt = None,
+    top_p: TopPOpt = None,
+    min_p: MinPOpt = None,
+    seed: SeedOpt = None,
+    stop: StopOpt = None,
+    ctx: CtxOpt = None,
+    threads: ThreadsOpt = None,
+    draft_threads: DraftThreadsOpt = None,
+    gpu_layers: GpuLayersOpt = None,
+    draft_gpu_layers: DraftGpuLayersOpt = None,
+    draft_max: DraftMaxOpt = None,
+    draft_min: DraftMinOpt = None,
+    draft_p_min: DraftPMinOpt = None,
+    draft_policy: DraftPolicyOpt = None,
+    verify: VerifyOpt = None,
+    draft_branches: DraftBranchesOpt = None,
+    draft_p_split: DraftPSplitOpt = None,
+    draft_mode: DraftModeOpt = None,
+    lookup: LookupOpt = None,
+    lookup_min: LookupMinOpt = None,
+    lookup_max: LookupMaxOpt = None,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Serve the model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
+    /v1/models, /health, /metrics), speculating on every request."""
+    given = dict(locals())
+    import uvicorn
+
+    from localspec.loader import load
+    from localspec.server.app import Server, ServeConfig
+
+    notify = lambda m: typer.echo(m, err=True)  # noqa: E731
+    with user_errors():
+        files, settings = request(given, notify, max_tokens=UNTIL_CONTEXT)
+        sock = _listen(host, port)
+        loaded = load(files, settings, verbose=verbose, serving=True)
+    if not _loopback(host) and api_key is None:
+        notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
+    alias = model if model and not Path(model).expanduser().exists() and not model.endswith(".gguf") else None
+    model_id = alias or files.model.name
+    config = ServeConfig(
+        settings=settings, model_id=model_id, model_names=(files.model.name, files.model.stem, *([model] if model else [])),
+        api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue,
+    )
+    server = Server(loaded, config)
+    bound_host, bound_port = sock.getsockname()[:2]
+    drafter = loaded.engine.drafter_name
+    # The scheduler cancels what runs past the grace period, and its client is answered; uvicorn's
+    # own limit, later, is only a backstop for a connection that still would not close.
+    uv = _uvicorn(
+        uvicorn.Config(server.app(), log_level="debug" if verbose else "warning", lifespan="off", timeout_graceful_shutdown=shutdown_timeout + 5, access_log=verbose),
+        on_stop=lambda: server.scheduler.stop(grace=shutdown_timeout),
+        # Said once it listens with its signal handlers in place: a client (or a test) may act on it.
+        on_ready=lambda: notify(f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"),
+    )
+    try:
+        uv.run(sockets=[sock])
+    finally:
+        server.scheduler.stop()
+        loaded.cancel.set()  # whatever still generates stops within a step
+        server.scheduler.join(timeout=30)
+        loaded.close()
+    notify("stopped")
+
+
+def _uvicorn(config, on_stop, on_ready):  # noqa: ANN001, ANN202 -- uvicorn's own types, imported late (help stays fast)
+    """uvicorn's server, answering the queued requests on SIGINT/SIGTERM and then ending with exit
+    code 0 (uvicorn itself re-raises the signal once it has shut down)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:
+            await super().startup(sockets)
+            on_ready()
+
+        def handle_exit(self, sig: int, frame: object) -> None:
+            on_stop()
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: no more waiting
+            self.should_exit = True
+
+    return Server(config)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """Bind before loading the models, so that a taken port fails at once with one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise fail(f"cannot listen on {host}: {e.strerror}") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        why = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror
+        raise fail(f"cannot listen on {host}:{port}: {why}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _loopback(host: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host).is_loopback
+    return host == "localhost"
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

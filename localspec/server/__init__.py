@@ -1,0 +1,1 @@
+"""`localspec serve`: an OpenAI-compatible HTTP API over one loaded engine."""

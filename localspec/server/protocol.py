@@ -1,0 +1,167 @@
+"""What a request asks for, read from OpenAI's request bodies (and llama-server's speculative.*
+keys), checked field by field so that every error names the field.
+
+Fields that would change the output and are not supported give an error unless they carry their
+neutral value (real clients send `n: 1`, zero penalties, `logprobs: false`); fields with no effect
+on the output (`user`, `metadata`, `store`, ...) and fields this server does not know are ignored,
+as llama-server and vLLM do."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from localspec.settings import FIELDS, PER_GENERATION, value_types
+
+# API key -> settings field, for the fields a request may set.
+API_FIELDS = {FIELDS[name].api: name for name in PER_GENERATION if FIELDS[name].api}
+SPECULATIVE = "speculative."
+# Unsupported fields, each with the values that leave the output as it is.
+NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "n": (None, 1),
+    "best_of": (None, 1),
+    "logprobs": (None, False, 0),
+    "top_logprobs": (None, 0),
+    "echo": (None, False),
+    "suffix": (None, ""),
+    "tools": (None, []),
+    "functions": (None, []),
+    "tool_choice": (None, "none", "auto"),
+    "function_call": (None, "none", "auto"),
+    "frequency_penalty": (None, 0),
+    "presence_penalty": (None, 0),
+    "repeat_penalty": (None, 1),
+    "logit_bias": (None, {}),
+    "response_format": (None, {"type": "text"}),
+    "audio": (None,),
+    "prediction": (None,),
+    "modalities": (None, ["text"]),
+    "grammar": (None, ""),
+    "json_schema": (None, {}),
+}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+
+
+class ApiError(Exception):
+    """An error response: its HTTP status, message, the field at fault and OpenAI's error type."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.kind = status, message, param, kind
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
+
+
+def bad(param: str, problem: str) -> ApiError:
+    return ApiError(400, f"{param}: {problem}", param)
+
+
+@dataclass
+class ApiRequest:
+    chat: bool
+    messages: list[dict[str, str]] = field(default_factory=list)  # chat: the conversation
+    prompt: str | list[int] = ""  # completions: text, or token ids
+    stream: bool = False
+    include_usage: bool = False
+    model: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)  # settings field -> value
+
+
+def parse_request(body: Any, chat: bool) -> ApiRequest:
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    req = ApiRequest(chat=chat)
+    for key, neutral in NEUTRAL.items():
+        if key in body and body[key] not in neutral:
+            raise bad(key, f"is not supported (only {', '.join(_shown(v) for v in neutral)})")
+    req.model = _typed(body, "model", str)
+    req.stream = bool(_typed(body, "stream", bool))
+    options = _typed(body, "stream_options", dict) or {}
+    req.include_usage = bool(_typed(options, "include_usage", bool, "stream_options.include_usage"))
+    if chat:
+        req.messages = _messages(body.get("messages"))
+    else:
+        req.prompt = _prompt(body.get("prompt"))
+    limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
+    values = {API_FIELDS[k] if k in API_FIELDS else k: v for k, v in body.items() if k in API_FIELDS and v is not None}
+    if body.get(limit) is not None:
+        values["max_tokens"] = body[limit]
+    for key in body:
+        if key.startswith(SPECULATIVE) and key not in API_FIELDS:
+            known = ", ".join(k for k in API_FIELDS if k.startswith(SPECULATIVE))
+            raise bad(key, f"unknown setting (known: {known})")
+    if isinstance(values.get("stop"), str):
+        values["stop"] = [values["stop"]]
+    for name, value in values.items():
+        key = limit if name == "max_tokens" else FIELDS[name].api
+        types = value_types(name)
+        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            raise bad(key, f"must be {_kind(types)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise bad(key, "must be a finite number")
+        if name == "stop" and not all(isinstance(s, str) and s for s in value):
+            raise bad(key, "must be a string or a list of non-empty strings")
+    if "stop" in values:
+        values["stop"] = tuple(values["stop"])
+    req.values = values
+    return req
+
+
+def _typed(body: dict[str, Any], key: str, kind: type, name: str | None = None) -> Any:
+    value = body.get(key)
+    if value is not None and not isinstance(value, kind):
+        raise bad(name or key, f"must be {_kind((kind,))}")
+    return value
+
+
+def _messages(messages: Any) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise bad("messages", "must be a non-empty list of {role, content} objects")
+    out = []
+    for i, m in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad(where, "must be an object with role and content")
+        role = m.get("role")
+        if role not in ROLES:
+            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (tool calls are not supported)")
+        if m.get("tool_calls") or m.get("function_call"):
+            raise bad(f"{where}.tool_calls", "tool calls are not supported")
+        out.append({"role": ROLES[role], "content": _content(m.get("content"), f"{where}.content")})
+    return out
+
+
+def _content(content: Any, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad(f"{where}[{j}]", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad(where, "must be a string or a list of text parts")
+
+
+def _prompt(prompt: Any) -> str | list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+        prompt = prompt[0]
+    if isinstance(prompt, str) and prompt:
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        return list(prompt)
+    raise bad("prompt", "must be a non-empty string (or one string in a list, or a list of token ids)")
+
+
+def _kind(types: tuple[type, ...]) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", list: "a list", tuple: "a list", str: "a string", dict: "an object"}
+    if types == (list, tuple):
+        return "a string or a list of strings"
+    return " or ".join(dict.fromkeys(names[t] for t in types)) if types != (int, float) else "a number"
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else "false" if value is False else "true" if value is True else repr(value).replace("'", '"')

@@ -1,0 +1,351 @@
+"""`localspec serve` as clients meet it: a real server process on a loopback port, the real `openai`
+client and raw HTTP."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openai
+import pytest
+
+CLI = [sys.executable, "-m", "localspec"]
+PROMPT = "Write a short poem about the sea."
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen
+    port: int
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, key: str = "none") -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=120)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout)
+
+
+def start(*args: str) -> Served:
+    """A server on a free port; returns once it says where it listens."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    assert proc.stderr is not None
+    log: list[str] = []
+    ready = threading.Event()
+    found: list[int] = []
+
+    def read() -> None:
+        for line in proc.stderr:  # type: ignore[union-attr]
+            log.append(line)
+            m = re.search(r"on http://\S+:(\d+)/v1", line)
+            if m and not found:
+                found.append(int(m.group(1)))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert ready.wait(120) and found, "".join(log)
+    return Served(proc, found[0], log)
+
+
+def call(served: Served, method: str, path: str, body: object = None, headers: dict[str, str] | None = None, raw: bytes | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    res = conn.getresponse()
+    payload = res.read()
+    conn.close()
+    try:
+        parsed = json.loads(payload)
+    except ValueError:
+        parsed = payload.decode()
+    return res.status, parsed, dict(res.getheaders())
+
+
+def chat_body(content: str = PROMPT, **extra: object) -> dict:
+    return {"messages": [{"role": "user", "content": content}], "temperature": 0, "max_tokens": 40, "speculative.mode": "fixed", **extra}
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_f16: Path, smollm2_q4: Path) -> Iterator[Served]:
+    s = start("-m", str(smollm2_f16), "-d", str(smollm2_q4), "--ctx", "1024", "--max-queue", "16", "--slots", "3")
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+COUNTING = "".join(f"{i}\n" for i in range(1, 41))
+
+
+def endless(**extra: object) -> dict:
+    """A text completion that goes on counting until the context is full (many seconds), unless
+    it is stopped."""
+    return {"prompt": COUNTING, "max_tokens": 3000, "temperature": 0, "speculative.mode": "off", **extra}
+
+
+def send_raw(served: Served, body: dict) -> socket.socket:
+    """A request on a socket of the test's own, to close under the server."""
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", served.port))
+    head = f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    sock.sendall(head.encode() + payload)
+    return sock
+
+
+def stream_text(chunks) -> tuple[str, list]:
+    chunks = list(chunks)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks
+
+
+def test_openai_client_gives_the_text_of_run_streamed_and_not(served: Served, smollm2_f16: Path, smollm2_q4: Path):
+    run = subprocess.run(
+        [*CLI, "run", "-m", str(smollm2_f16), "-d", str(smollm2_q4), "--ctx", "1024", "-p", PROMPT, "-n", "40", "--temp", "0", "--draft-mode", "fixed", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    expected = json.loads(run.stdout)["text"]
+    client = served.client()
+    extra = {"speculative.mode": "fixed"}
+    whole = client.chat.completions.create(model="smollm2-f16", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40, extra_body=extra)
+    assert whole.choices[0].message.content == expected
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert whole.usage.completion_tokens == json.loads(run.stdout)["stats"]["n_generated"]
+    timings = whole.model_extra["timings"]
+    assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
+    assert timings["predicted_n"] == whole.usage.completion_tokens and timings["predicted_per_second"] > 0
+    text, chunks = stream_text(client.chat.completions.create(
+        model="smollm2-f16", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40,
+        stream=True, stream_options={"include_usage": True}, extra_body=extra,
+    ))
+    assert text == expected
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-2].choices[0].finish_reason == whole.choices[0].finish_reason
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    assert chunks[-1].model_extra["timings"]["draft_n"] > 0  # the last chunk carries the timings
+    # Text completions: the prompt as is.
+    completion = client.completions.create(model="smollm2-f16", prompt="The capital of France is", max_tokens=8, temperature=0)
+    assert completion.choices[0].text and completion.usage.prompt_tokens > 0
+    assert [m.id for m in client.models.list()] == ["smollm2-f16.gguf"]
+
+
+def test_raw_sse_ends_with_done(served: Served):
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(chat_body(stream=True, max_tokens=8)), headers={"Content-Type": "application/json"})
+    res = conn.getresponse()
+    assert res.status == 200 and res.getheader("Content-Type").startswith("text/event-stream")
+    events = [line for line in res.read().decode().split("\n\n") if line]
+    conn.close()
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    assert "timings" in json.loads(events[-2][6:])
+
+
+@pytest.mark.parametrize(
+    "body,status,param,fragment",
+    [
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400, "logprobs", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature", "temperature must be >= 0"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}, 400, "max_tokens", "an integer"),
+        ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_tokens", ">= 1"),
+        ({"messages": [{"role": "user", "content": "hi"}], "stop": [""]}, 400, "stop", "non-empty"),
+        ({"messages": [{"role": "user", "content": "hi"}], "speculative.n_max": 0}, 400, "speculative.n_max", "speculative.n_max must be in [1, 256]"),
+        ({"messages": [{"role": "user", "content": "hi"}], "speculative.n_min": 20, "speculative.n_max": 4}, 400, "speculative.n_min", "speculative.n_max"),
+        ({"messages": [{"role": "user", "content": "hi"}], "speculative.mode": "sometimes"}, 400, "speculative.mode", "auto, fixed, off"),
+        ({"messages": [{"role": "user", "content": "hi"}], "speculative.bogus": 1}, 400, "speculative.bogus", "unknown setting"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role", "must be one of"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "messages[0].content[0]", "text parts"),
+        ({"messages": []}, 400, "messages", "non-empty"),
+        ({"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4o"}, 404, "model", "not served here"),
+        ({"messages": [{"role": "user", "content": "word " * 1500}]}, 400, "messages", "the context holds 1024"),
+    ],
+)
+def test_bad_requests_name_the_field(served: Served, body, status, param, fragment):
+    code, out, _ = call(served, "POST", "/v1/chat/completions", body)
+    assert code == status, out
+    assert out["error"]["param"] == param and fragment in out["error"]["message"], out
+    assert "Traceback" not in json.dumps(out)
+
+
+def test_neutral_values_real_clients_send_are_accepted(served: Served):
+    body = chat_body(max_tokens=4, n=1, presence_penalty=0, frequency_penalty=0.0, logprobs=False, user="me", tools=[], response_format={"type": "text"}, metadata={"a": "b"})
+    code, out, _ = call(served, "POST", "/v1/chat/completions", body)
+    assert code == 200, out
+
+
+def test_malformed_input_and_unknown_routes_answer_json_and_the_server_goes_on(served: Served):
+    code, out, _ = call(served, "POST", "/v1/chat/completions", raw=b"{not json")
+    assert code == 400 and "not valid JSON" in out["error"]["message"]
+    code, out, _ = call(served, "POST", "/v1/chat/completions", raw=b"[1, 2]")
+    assert code == 400 and "JSON object" in out["error"]["message"]
+    code, out, _ = call(served, "POST", "/v1/completions", {"prompt": [10**9]})
+    assert code == 400 and out["error"]["param"] == "prompt"
+    code, out, _ = call(served, "GET", "/v1/nothing")
+    assert code == 404 and out["error"]["type"] == "not_found_error"
+    code, out, _ = call(served, "GET", "/v1/chat/completions")
+    assert code == 405 and "error" in out
+    assert call(served, "GET", "/health")[:2] == (200, {"status": "ok"})
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
+
+
+def test_concurrent_clients_each_get_their_own_output(served: Served):
+    prompts = [f"Name {n} animals that live in the sea." for n in range(2, 10)]
+    client = served.client()
+
+    def ask(i: int) -> str:
+        kw = dict(model="smollm2-f16", messages=[{"role": "user", "content": prompts[i]}], temperature=0, max_tokens=24, extra_body={"speculative.mode": "fixed"})
+        if i % 2:
+            return stream_text(client.chat.completions.create(stream=True, **kw))[0]
+        return client.chat.completions.create(**kw).choices[0].message.content
+
+    alone = [ask(i) for i in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(ask, range(8)))
+    assert together == alone
+    assert len(set(alone)) > 4  # different prompts, different answers: nobody got another's
+
+
+def test_a_conversation_resent_evaluates_only_its_new_suffix_across_interleaved_requests(served: Served):
+    first = [{"role": "user", "content": "Tell me about lighthouses."}]
+    code, a, _ = call(served, "POST", "/v1/chat/completions", {"messages": first, "temperature": 0, "max_tokens": 30})
+    assert code == 200
+    # An interleaved request (a chat UI's title request) shares nothing but the template's start.
+    assert call(served, "POST", "/v1/chat/completions", chat_body("Give this chat a title: lighthouses", max_tokens=6))[0] == 200
+    second = [*first, {"role": "assistant", "content": a["choices"][0]["message"]["content"]}, {"role": "user", "content": "And their keepers?"}]
+    code, b, _ = call(served, "POST", "/v1/chat/completions", {"messages": second, "temperature": 0, "max_tokens": 8})
+    assert code == 200
+    t = b["timings"]
+    assert t["cache_n"] >= a["usage"]["prompt_tokens"] and t["prompt_n"] < 20, t
+    assert t["cache_n"] + t["prompt_n"] == b["usage"]["prompt_tokens"]
+
+
+def test_metrics_count_drafts_tokens_and_requests(served: Served):
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=16))[0] == 200
+    code, text, headers = call(served, "GET", "/metrics")
+    assert code == 200 and headers["content-type"].startswith("text/plain")
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and not line.startswith("#")}
+    assert values["localspec:spec_decode_num_drafts_total"] > 0
+    assert 0 < values["localspec:spec_decode_num_accepted_tokens_total"] <= values["localspec:spec_decode_num_draft_tokens_total"]
+    assert values["localspec:generation_tokens_total"] >= 16 and values["localspec:prompt_tokens_total"] > 0
+    assert values['localspec:requests_total{outcome="ok"}'] >= 1 and values['localspec:requests_total{outcome="bad_request"}'] >= 0
+    assert values["localspec:time_to_first_token_seconds_count"] >= 1 and values["localspec:e2e_request_latency_seconds_count"] >= 1
+
+
+def test_streaming_sends_the_first_chunk_early_and_a_disconnect_cancels(served: Served):
+    body = chat_body("Count from 1 to 500, one number per line.", max_tokens=128, stream=True)
+    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
+    t0 = time.perf_counter()
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+    res = conn.getresponse()
+    stamps = []
+    for line in res:
+        if line.startswith(b"data: {") and (json.loads(line[6:])["choices"] or [{}])[0].get("delta", {}).get("content"):
+            stamps.append(time.perf_counter() - t0)
+        if line.startswith(b"data: [DONE]"):
+            break
+    conn.close()
+    # Chunks go out as tokens come (benchmarks/RESULTS.md measures the first at under a quarter of
+    # a 128-token reply's time); a response buffered to the end would put it at the end.
+    assert len(stamps) > 20 and stamps[0] <= 0.5 * stamps[-1], (stamps[0], stamps[-1])
+    # A client that leaves mid-stream: its generation stops, and the next request is served at once.
+    before = metric(served, 'localspec:requests_total{outcome="cancelled"}')
+    sock = send_raw(served, endless(stream=True))
+    received = b""
+    while b"data: " not in received:  # streaming has begun
+        received += sock.recv(4096)
+    sock.close()
+    t0 = time.perf_counter()
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
+    assert time.perf_counter() - t0 < 5  # not after the ~1000 tokens (seconds) the one that left would fill its context with
+    assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == before + 1
+
+
+def test_a_client_that_leaves_a_plain_request_cancels_it(served: Served):
+    before = metric(served, 'localspec:requests_total{outcome="cancelled"}')
+    sock = send_raw(served, endless())
+    time.sleep(1.0)  # generating
+    sock.close()
+    t0 = time.perf_counter()
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
+    assert time.perf_counter() - t0 < 5
+    assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == before + 1
+
+
+def metric(served: Served, name: str) -> float:
+    text = call(served, "GET", "/metrics")[1]
+    return next(float(line.split(" ")[1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+def test_api_key_queue_overflow_and_a_clean_stop(smollm2_q4: Path):
+    s = start("-m", str(smollm2_q4), "--api-key", "sesame", "--max-queue", "1", "--shutdown-timeout", "30")
+    try:
+        assert call(s, "GET", "/health")[0] == 200  # probes need no key
+        code, out, _ = call(s, "GET", "/v1/models")
+        assert code == 401 and out["error"]["type"] == "authentication_error"
+        assert call(s, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert call(s, "GET", "/v1/models", headers={"Authorization": "Bearer sesame"})[0] == 200
+        with pytest.raises(openai.AuthenticationError):
+            s.client("wrong").models.list()
+        auth = {"Authorization": "Bearer sesame"}
+        long = endless(max_tokens=800)
+        with ThreadPoolExecutor(4) as pool:
+            running = pool.submit(call, s, "POST", "/v1/completions", long, auth)
+            time.sleep(1.0)  # generating now
+            queued = pool.submit(call, s, "POST", "/v1/chat/completions", chat_body(max_tokens=4), auth)
+            time.sleep(0.5)
+            code, out, headers = call(s, "POST", "/v1/chat/completions", chat_body(max_tokens=4), auth)
+            assert code == 503 and headers.get("retry-after") and "busy" in out["error"]["message"]
+            # SIGTERM: the running request finishes, the queued one is answered 503, exit code 0.
+            s.proc.send_signal(signal.SIGTERM)
+            assert running.result(timeout=120)[0] == 200
+            assert queued.result(timeout=120)[0] == 503
+        assert s.proc.wait(60) == 0
+        assert "Traceback" not in "".join(s.log)
+    finally:
+        s.stop(signal.SIGKILL)
+
+
+def test_a_stop_signal_cancels_what_outlives_the_grace_period(smollm2_q4: Path):
+    s = start("-m", str(smollm2_q4), "--shutdown-timeout", "1")
+    with ThreadPoolExecutor(1) as pool:
+        long = pool.submit(call, s, "POST", "/v1/completions", endless())
+        time.sleep(1.0)
+        t0 = time.perf_counter()
+        s.proc.send_signal(signal.SIGINT)
+        code, out, _ = long.result(timeout=30)
+        assert code == 503 and "shutting down" in out["error"]["message"]
+        assert s.proc.wait(30) == 0 and time.perf_counter() - t0 < 15
+    assert "Traceback" not in "".join(s.log)
+
+
+def test_exposed_without_a_key_warns_and_a_taken_port_is_one_line(smollm2_q4: Path):
+    s = start("-m", str(smollm2_q4), "--host", "0.0.0.0")
+    try:
+        assert any("warning" in line and "--api-key" in line for line in s.log)
+    finally:
+        assert s.stop() == 0
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        res = subprocess.run([*CLI, "serve", "-m", str(smollm2_q4), "--port", str(taken.getsockname()[1])], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and res.stderr.strip().startswith("error: cannot listen on 127.0.0.1") and "in use" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
