@@ -290,6 +290,22 @@ def test_a_client_that_leaves_a_plain_request_cancels_it(served: Served):
     assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == before + 1
 
 
+def test_a_queued_request_whose_client_left_is_dropped(served: Served):
+    ok, generated = metric(served, 'localspec:requests_total{outcome="ok"}'), metric(served, "localspec:generation_tokens_total")
+    cancelled = metric(served, 'localspec:requests_total{outcome="cancelled"}')
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(call, served, "POST", "/v1/completions", endless(max_tokens=300))
+        time.sleep(0.5)  # generating
+        sock = send_raw(served, {"prompt": "Once upon a time", "max_tokens": 50, "temperature": 0})  # queued behind it...
+        time.sleep(0.5)
+        sock.close()  # ...and given up on
+        code, out, _ = running.result(timeout=120)
+    assert code == 200
+    assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == cancelled + 1
+    assert metric(served, 'localspec:requests_total{outcome="ok"}') == ok + 1  # the dropped one never ran
+    assert metric(served, "localspec:generation_tokens_total") == generated + out["usage"]["completion_tokens"]
+
+
 def metric(served: Served, name: str) -> float:
     text = call(served, "GET", "/metrics")[1]
     return next(float(line.split(" ")[1]) for line in text.splitlines() if line.startswith(name + " "))
