@@ -15,7 +15,9 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   steps fall short by more than their noise is benched, whatever the estimates promise (a clearly
   losing drafter within a few steps; a marginal one, which costs little either way, is not thrown
   out on one unlucky stretch). Benched drafters are probed at growing intervals; a probe that beats
-  the target alone starts a new trial.
+  the target alone starts a new trial. Prompt lookup is one drafter here: its match lengths learn
+  acceptance apart but share the trial and the verdict; a length that does not pay sits out and
+  is rechecked at growing intervals.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
@@ -37,10 +39,8 @@ TRIAL_LENGTH = 3  # tokens each of them drafts at least
 PROBE_LENGTH = 2
 FIRST_PROBE_AFTER = 8  # idle steps before a benched drafter is probed
 MAX_PROBE_INTERVAL = 64
-# A lookup match length whose estimates say it does not pay sits out; after this many of its
-# matches it drafts a probe (then after twice as many, up to MAX_PROBE_INTERVAL times 4), so that
-# early misses do not keep it out for good: an engine lives on through a chat or a server's
-# requests, and texts change.
+# A lookup match length that sits out drafts a probe after this many of its matches (then twice as
+# many, up to 4 * MAX_PROBE_INTERVAL): an engine outlives a text (a chat, a server), early misses too.
 RECHECK_AFTER = 16
 REFRESH_STEPS = 48
 REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
