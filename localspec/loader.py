@@ -47,7 +47,7 @@ def resolve(
     draft_path = None if draft is None or draft.lower() == "none" else Path(draft).expanduser()
     if model is None:
         return ModelFiles(defaults.embedded_model(), draft_path), {}
-    if Path(model).expanduser().exists() or model.endswith(".gguf"):
+    if names_file(model):
         return ModelFiles(Path(model).expanduser(), draft_path), {}
     alias = load_registry().get(model)
     alias.local_files(with_draft=draft is None)
@@ -60,6 +60,11 @@ def resolve(
         if alias.draft is not None and draft_path is None:
             notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
     return ModelFiles(target, draft_path), dict(alias.settings)
+
+
+def names_file(model: str) -> bool:
+    """Whether -m names a GGUF file rather than an alias."""
+    return Path(model).expanduser().exists() or model.endswith(".gguf")
 
 
 @dataclass

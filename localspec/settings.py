@@ -168,6 +168,15 @@ def value_types(name: str) -> tuple[type, ...]:
     return (str,)
 
 
+# What a value of each of those types is called in an error.
+KINDS = {bool: "true or false", int: "an integer", float: "a number", tuple: "a list of texts", str: "text"}
+
+
+def of_types(value: Any, types: tuple[type, ...]) -> bool:
+    """Whether `value` (as TOML or JSON give it) is of one of `types`; a bool is no number there."""
+    return isinstance(value, types) and (bool in types or not isinstance(value, bool))
+
+
 def parse(name: str, text: str) -> Any:
     """A value typed as text (chat's /set), for field `name`."""
     kind = value_types(name)[-1]

@@ -18,7 +18,7 @@ from typing import Any
 import platformdirs
 
 from localspec.errors import LocalspecError
-from localspec.settings import FIELDS, SettingError, Settings, parse, value_types
+from localspec.settings import FIELDS, KINDS, SettingError, Settings, of_types, parse, value_types
 from localspec.text_input import from_arg, note, read_file
 
 CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user config directory
@@ -43,7 +43,6 @@ def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or Path(platformdirs.user_config_dir("localspec")) / "config.toml")
 
 
-KINDS = {bool: "true or false", int: "an integer", float: "a number", tuple: "a list of texts", str: "text"}
 
 
 def _checked(values: dict[str, Any], where: str, naming: Callable[[str], str]) -> dict[str, Any]:
@@ -72,7 +71,7 @@ def read_config(path: Path | None = None, notify: Callable[[str], None] = note) 
     settings = {}
     for name in set(data) & set(FIELDS):
         value, types = data[name], value_types(name)
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+        if not of_types(value, types):
             raise LocalspecError(f"config file {path}: {name} must be {KINDS[types[-1]]}")
         settings[name] = tuple(value) if isinstance(value, list) else value
     return Defaults(str(path), data.get("model"), data.get("draft"), _checked(settings, f"config file {path}: ", lambda n: n))

@@ -51,8 +51,7 @@ class KeptSequences:
         have = common_prefix(model.cached, tokens)
         if model.cached and have < len(model.cached):
             self._keep()
-        best = max(self.slots, key=lambda s: (common_prefix(s.tokens, tokens), s.used))
-        n = common_prefix(best.tokens, tokens)
+        n, _, best = max(((common_prefix(s.tokens, tokens), s.used, s) for s in self.slots), key=lambda t: t[:2])
         if n > have:
             self._restore(best)
         # A short request between two turns shares little more than the system prompt with the

@@ -7,7 +7,6 @@ import errno
 import ipaddress
 import signal
 import socket
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,6 +16,7 @@ from localspec.cli.options import (
     DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
     SAMPLING, SeedOpt, SlotsOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, VerifyOpt, fail, request, user_errors,
 )
+from localspec.user_config import API_KEY_ENV
 
 UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the context is full
 
@@ -26,7 +26,7 @@ def serve(
     draft: DraftOpt = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback exposes the server to the network.", rich_help_panel=SERVER)] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed at start).", rich_help_panel=SERVER)] = 8080,
-    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar="LOCALSPEC_API_KEY", help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar=API_KEY_ENV, help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
     max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
     cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
     shutdown_timeout: Annotated[float, typer.Option("--shutdown-timeout", min=0, help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is cancelled.", rich_help_panel=SERVER)] = 10.0,
@@ -56,12 +56,13 @@ def serve(
     lookup_max: LookupMaxOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Serve the model over an OpenAI-compatible API (/v1/chat/completions, /v1/completions,
-    /v1/models, /health, /metrics), speculating on every request."""
+    """Serve the model over an OpenAI-compatible API, speculating on every request.
+
+    Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     given = dict(locals())
     import uvicorn
 
-    from localspec.loader import load
+    from localspec.loader import load, names_file
     from localspec.server.app import Server, ServeConfig
 
     notify = lambda m: typer.echo(m, err=True)  # noqa: E731
@@ -71,8 +72,7 @@ def serve(
         loaded = load(files, settings, verbose=verbose, serving=True)
     if not _loopback(host) and api_key is None:
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
-    alias = model if model and not Path(model).expanduser().exists() and not model.endswith(".gguf") else None
-    model_id = alias or files.model.name
+    model_id = model if model and not names_file(model) else files.model.name  # an alias, or the file's name
     config = ServeConfig(
         settings=settings, model_id=model_id, model_names=(files.model.name, files.model.stem, *([model] if model else [])),
         api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue,

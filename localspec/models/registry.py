@@ -17,7 +17,7 @@ from typing import Any
 import platformdirs
 
 from localspec.errors import LocalspecError
-from localspec.settings import ALIAS_KEYS, SettingError, Settings, value_types
+from localspec.settings import ALIAS_KEYS, SettingError, Settings, of_types, value_types
 from localspec.text_input import read_file
 from localspec.user_config import REGISTRY_ENV
 
@@ -159,7 +159,7 @@ def parse_alias(name: str, entry: Any) -> Alias:
         if key in entry:
             value = entry[key]
             types = types if isinstance(types, tuple) else (types,)
-            if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
+            if not of_types(value, types):
                 raise ValueError(f"{key} has the wrong type")
             values[key] = value
     settings = {k: v for k, v in values.items() if k in ALIAS_KEYS}

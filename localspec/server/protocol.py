@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.settings import FIELDS, PER_GENERATION, value_types
+from localspec.settings import FIELDS, KINDS, PER_GENERATION, of_types, value_types
 
 # API key -> settings field, for the fields a request may set.
 API_FIELDS = {FIELDS[name].api: name for name in PER_GENERATION if FIELDS[name].api}
@@ -76,10 +76,10 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     for key, neutral in NEUTRAL.items():
         if key in body and body[key] not in neutral:
             raise bad(key, f"is not supported (only {', '.join(_shown(v) for v in neutral)})")
-    req.model = _typed(body, "model", str)
-    req.stream = bool(_typed(body, "stream", bool))
-    options = _typed(body, "stream_options", dict) or {}
-    req.include_usage = bool(_typed(options, "include_usage", bool, "stream_options.include_usage"))
+    req.model = _typed(body, "model", str, "text")
+    req.stream = bool(_typed(body, "stream", bool, KINDS[bool]))
+    options = _typed(body, "stream_options", dict, "an object") or {}
+    req.include_usage = bool(_typed(options, "include_usage", bool, KINDS[bool], "stream_options.include_usage"))
     if chat:
         req.messages = _messages(body.get("messages"))
     else:
@@ -97,8 +97,8 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     for name, value in values.items():
         key = limit if name == "max_tokens" else FIELDS[name].api
         types = value_types(name)
-        if not isinstance(value, types) or (bool not in types and isinstance(value, bool)):
-            raise bad(key, f"must be {_kind(types)}")
+        if not of_types(value, types):
+            raise bad(key, "must be a string or a list of strings" if name == "stop" else f"must be {KINDS[types[-1]]}")
         if isinstance(value, float) and not math.isfinite(value):
             raise bad(key, "must be a finite number")
         if name == "stop" and not all(isinstance(s, str) and s for s in value):
@@ -109,10 +109,10 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     return req
 
 
-def _typed(body: dict[str, Any], key: str, kind: type, name: str | None = None) -> Any:
+def _typed(body: dict[str, Any], key: str, kind: type, called: str, name: str | None = None) -> Any:
     value = body.get(key)
-    if value is not None and not isinstance(value, kind):
-        raise bad(name or key, f"must be {_kind((kind,))}")
+    if value is not None and not of_types(value, (kind,)):
+        raise bad(name or key, f"must be {called}")
     return value
 
 
@@ -154,13 +154,6 @@ def _prompt(prompt: Any) -> str | list[int]:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         return list(prompt)
     raise bad("prompt", "must be a non-empty string (or one string in a list, or a list of token ids)")
-
-
-def _kind(types: tuple[type, ...]) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", list: "a list", tuple: "a list", str: "a string", dict: "an object"}
-    if types == (list, tuple):
-        return "a string or a list of strings"
-    return " or ".join(dict.fromkeys(names[t] for t in types)) if types != (int, float) else "a number"
 
 
 def _shown(value: Any) -> str:
