@@ -33,6 +33,7 @@ MODES = {
     **{f"fixed-{k}": ("draft-model", "fixed", f"draft model, {k} tokens every step") for k in (4, 8, 16)},
     "auto": ("draft-model", "auto", "draft model, length chosen per step by the auto controller (the default of run)"),
     "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
+    "suffix": ("suffix", "auto", "suffix-tree lookup within each prompt (bench keeps no outputs across prompts), auto controller"),
     "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
     "tree": ("tree", "auto", "draft tree (--draft-branches, --draft-p-split), auto controller"),
     "tree-fixed": ("tree", "fixed", "draft tree, fixed length"),
@@ -110,6 +111,7 @@ class BenchResult:
     samples: list[Sample] = field(default_factory=list)
     ties: list[dict] = field(default_factory=list)
     mismatches: list[dict] = field(default_factory=list)
+    suffix_costs: dict[str, float] = field(default_factory=dict)  # bench_suffix.suffix_costs, when suffix ran
 
     def summaries(self) -> list[ModeSummary]:
         modes = list(dict.fromkeys(s.mode for s in self.samples))
@@ -153,6 +155,7 @@ class BenchResult:
             "summary": [vars(s) for s in self.summaries()],
             "ties": self.ties,
             "mismatches": self.mismatches,
+            "suffix_costs": self.suffix_costs,
             "samples": [
                 {
                     "mode": s.mode,
@@ -193,7 +196,7 @@ def choose_modes(names: Sequence[str], has_draft: bool) -> list[str]:
     if unknown:
         raise LocalspecError(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
     if not has_draft:
-        needing = [m for m in chosen if MODES[m][0] not in ("none", "ngram")]
+        needing = [m for m in chosen if MODES[m][0] not in ("none", "ngram", "suffix")]
         if needing:
             raise LocalspecError(f"mode {needing[0]!r} needs a draft model (-d, or an alias with one)")
     return [BASELINE, *(m for m in chosen if m != BASELINE)]

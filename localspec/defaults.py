@@ -28,6 +28,8 @@ DRAFT_MODES = ("auto", "fixed", "off")
 VERIFY_MODES = ("standard", "coupled")
 DEFAULT_LOOKUP_MIN = 2
 DEFAULT_LOOKUP_MAX = 4
+LOOKUP_METHODS = ("ngram", "suffix")
+DEFAULT_SUFFIX_CACHE_SIZE = 1 << 18  # ~1 MB on disk, ~18 MB indexed
 
 
 def embedded_model() -> Path:

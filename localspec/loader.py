@@ -14,19 +14,21 @@ from typing import Any
 from localspec import defaults
 from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.vocab import VocabModel, check_compatible
+from localspec.backend.vocab import VocabModel, check_compatible, vocab_digest
 from localspec.backend.weights import OutOfMemory
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.suffix import Memory, SuffixDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
 from localspec.settings import Settings
+from localspec.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
 
-DRAFTERS = ("none", "ngram", "draft-model", "tree", "chain")
+DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,8 @@ def load_models(
             check_compatible(vt, vd)
     cores, gpu = physical_cores(), default_gpu_layers()
     # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
-    n_seq_max = settings.draft_branches if files.draft is not None else 1
+    trees = files.draft is not None or settings.lookup_method == "suffix"
+    n_seq_max = settings.draft_branches if trees else 1
     slots = settings.slots if serving else 0
     threads = settings.threads or cores
     target = _model(
@@ -144,20 +147,25 @@ def load_models(
 
 
 def default_drafter(has_draft: bool, settings: Settings) -> str:
-    """Prompt lookup alone without a draft model; beside one the draft model (a tree with
-    --draft-branches > 1), chained after prompt lookup when --lookup asks for it."""
+    """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model
+    (a tree with --draft-branches > 1), chained after prompt lookup when --lookup asks for it."""
     lookup = settings.lookup if settings.lookup is not None else not has_draft
     if has_draft:
         return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model"
-    return "ngram" if lookup else "none"
+    return settings.lookup_method if lookup else "none"
 
 
-def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settings) -> Drafter | None:
-    """A drafter of kind `kind` (one of DRAFTERS) over the loaded models."""
+def make_drafter(
+    kind: str, target: Model, draft: Model | None, settings: Settings, memory: Memory | None = None
+) -> Drafter | None:
+    """A drafter of kind `kind` (one of DRAFTERS) over the loaded models; suffix drafting also
+    continues from `memory` (earlier outputs)."""
     if kind == "none":
         return None
     if kind == "ngram":
         return NgramDrafter()
+    if kind == "suffix":
+        return SuffixDrafter(memory, settings.draft_branches)
     if draft is None:
         raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
     if kind == "tree" or (kind == "chain" and settings.draft_branches > 1):
@@ -166,15 +174,39 @@ def make_drafter(kind: str, target: Model, draft: Model | None, settings: Settin
         model: Drafter = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
     else:
         model = DraftModelDrafter(draft, target.n_vocab)
-    return ChainDrafter([NgramDrafter(), model]) if kind == "chain" else model
+    if kind != "chain":
+        return model
+    lookup = make_drafter(settings.lookup_method, target, None, settings, memory)
+    assert lookup is not None
+    return ChainDrafter([lookup, model])
+
+
+def suffix_memory(target: Model, settings: Settings, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache | None:
+    """The suffix cache of the target's vocabulary (`scope`: a server's API key), or None when
+    --no-suffix-cache or suffix drafting is not in use. Waits for it at most LOAD_WAIT_S."""
+    if not settings.suffix_cache or settings.lookup_method != "suffix":
+        return None
+    path = cache_file(vocab_digest(target.vocab, target.n_vocab), scope)
+    memory = SuffixCache(path, target.n_vocab, settings.suffix_cache_size, notify)
+    memory.wait(LOAD_WAIT_S)
+    return memory
 
 
 def load(
-    files: ModelFiles, settings: Settings, cancel: threading.Event | None = None, verbose: bool = False, serving: bool = False
+    files: ModelFiles,
+    settings: Settings,
+    cancel: threading.Event | None = None,
+    verbose: bool = False,
+    serving: bool = False,
+    notify: Callable[[str], None] = lambda _m: None,
+    scope: str | None = None,
 ) -> Loaded:
+    """The engine ready to generate (`notify` hears of a damaged suffix cache; `scope`: see
+    suffix_memory)."""
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
     target, draft = load_models(files, settings, cancel, verbose, serving)
-    drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings)
+    memory = suffix_memory(target, settings, notify, scope)
+    drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

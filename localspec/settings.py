@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from localspec import defaults
-from localspec.defaults import DRAFT_MODES, MAX_DRAFT, VERIFY_MODES
+from localspec.defaults import DRAFT_MODES, LOOKUP_METHODS, MAX_DRAFT, VERIFY_MODES
 from localspec.errors import LocalspecError
 
 LOAD = "load"
@@ -81,7 +81,10 @@ class Settings:
     draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=_optional(_within(0, math.inf))))
     draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
     slots: int = field(default=4, metadata=_about(flag="--slots", phase=LOAD, alias=False, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=_within(1, 64)))
-    lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup (n-gram) drafting: on by default without a draft model; --lookup beside a draft model chains them."))
+    lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup drafting (by --lookup-method): on by default without a draft model; --lookup beside a draft model chains them."))
+    lookup_method: str = field(default="ngram", metadata=_about(flag="--lookup-method", phase=LOAD, help="Prompt lookup: 'ngram' continues the last 2-4 tokens (--lookup-min/max) as they went on earlier in this request; 'suffix' the longest match (up to 16 tokens) in this request and in earlier outputs (the suffix cache), by how often each continuation followed.", choices=LOOKUP_METHODS))
+    suffix_cache: bool = field(default=True, metadata=_about(flag="--suffix-cache", phase=LOAD, alias=False, help="With --lookup-method suffix: also continue from earlier outputs, kept in the user cache directory for later runs (on by default; it holds generated text: `localspec cache clear` empties it)."))
+    suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=_within(1, 1 << 26)))
     # --- per generation ---
     max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
     temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))
@@ -97,7 +100,7 @@ class Settings:
     verify: str = field(default="standard", metadata=_about(flag="--verify", api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", choices=VERIFY_MODES))
     draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", choices=DRAFT_POLICIES))
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
-    lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up.", check=_within(1, 64)))
+    lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up (suffix lookup: the shortest match).", check=_within(1, 64)))
     lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
 
     @property

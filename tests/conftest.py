@@ -3,6 +3,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ["LOCALSPEC_CONFIG"] = str(Path(__file__).parent / "no-such-config.toml")
 for _var in [v for v in os.environ if v.startswith("LOCALSPEC_") and v not in ("LOCALSPEC_CONFIG", "LOCALSPEC_REGISTRY")]:
     del os.environ[_var]
+# Nor does it read or write the user's cache (suffix drafting keeps earlier outputs there).
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="localspec-tests-cache-")
 
 from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
 

@@ -38,7 +38,7 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
     res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"summary", "ties", "mismatches", "samples", "cost_profile", "version", "model_files", "settings"}
+    assert set(out) == {"summary", "ties", "mismatches", "suffix_costs", "samples", "cost_profile", "version", "model_files", "settings"}
     assert out["cost_profile"] is None and out["model_files"]["draft"] == str(tiny.close) and out["settings"]["max_tokens"] == 12
     assert out["mismatches"] == []
     assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}

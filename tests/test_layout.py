@@ -14,7 +14,7 @@ ROOT = Path(localspec.__file__).parent
 LAYERS = [
     ("cli", ("localspec.cli", "localspec.__main__")),
     ("server", ("localspec.server",)),
-    ("orchestration", ("localspec.loader", "localspec.chat", "localspec.bench", "localspec.prompt")),
+    ("orchestration", ("localspec.loader", "localspec.chat", "localspec.bench", "localspec.bench_suffix", "localspec.prompt", "localspec.suffix_cache")),
     ("models", ("localspec.models",)),  # aliases, the Hub, pulled files
     ("settings", ("localspec.settings", "localspec.user_config")),
     ("engine", ("localspec.engine",)),

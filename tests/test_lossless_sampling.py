@@ -34,12 +34,14 @@ from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock
 from localspec.engine.profiles import RecordedProfile
 from localspec.engine.events import DoneEvent, StepEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling import SamplingParams, distribution
+from localspec.suffix_cache import SuffixCache
 
 N_DRAWS = 8000
 MIN_EXPECTED = 20
@@ -65,7 +67,8 @@ AUTO_PROFILES = {"same": CPU_SHAPE, "target-padded": GpuProfile(ratio=40), "draf
 
 # argmax: the draft model proposing its top token (--draft-policy greedy). ngram has no draft model
 # to pad, so it gets two rows, whose combinations below are complementary.
-MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain", "coupled")
+MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain", "suffix", "coupled")
+LOOKUPS = ("ngram", "suffix")  # no draft model to pad
 VOCABS = ("same", "target-padded", "draft-padded")
 # (draft-min/p-min, filtered), in an order that gives the audit's two findings a case each with
 # both models' vocabularies alike: fixed with --draft-min, and auto.
@@ -91,7 +94,7 @@ def _matrix() -> list[Case]:
     cases = []
     for i, mode in enumerate(MODES):
         for j, vocab in enumerate(VOCABS):
-            if mode == "ngram" and vocab == "draft-padded":
+            if mode in LOOKUPS and vocab == "draft-padded":
                 continue
             cases.append(Case(mode, vocab, *COMBOS[(i + j) % 4]))
     return cases
@@ -145,6 +148,8 @@ def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
         "tree": lambda: TreeDrafter(draft, BRANCHES, target.n_vocab),
         "chain": lambda: ChainDrafter([NgramDrafter(), model()]),
         "ngram": NgramDrafter,
+        # Earlier draws' outputs, counted: draft trees that branch where earlier draws went apart.
+        "suffix": lambda: SuffixDrafter(SuffixCache(None, target.n_vocab, 1 << 16, print), BRANCHES),
     }[case.mode]()
     clock = SimulatedClock(AUTO_PROFILES[case.vocab]) if case.mode == "auto" else None
     return SpeculativeEngine(target, drafter, case.mode, clock)
@@ -255,7 +260,7 @@ def test_the_matrix_crosses_every_pair_of_factors():
     for a in range(4):
         for b in range(a + 1, 4):
             seen = {(factors[a](c), factors[b](c)) for c in MATRIX}
-            wanted = {(x, y) for x in values[a] for y in values[b]} - {("ngram", "draft-padded")}
+            wanted = {(x, y) for x in values[a] for y in values[b]} - {(m, "draft-padded") for m in LOOKUPS}
             assert wanted <= seen, (a, b, wanted - seen)
 
 

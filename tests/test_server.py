@@ -365,3 +365,29 @@ def test_exposed_without_a_key_warns_and_a_taken_port_is_one_line(smollm2_q4: Pa
         res = subprocess.run([*CLI, "serve", "-m", str(smollm2_q4), "--port", str(taken.getsockname()[1])], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and res.stderr.strip().startswith("error: cannot listen on 127.0.0.1") and "in use" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_suffix_cache_is_kept_per_api_key_and_off_when_exposed(smollm2_q4: Path, tmp_path: Path):
+    cache = tmp_path / "localspec" / "suffix"
+    os.environ["XDG_CACHE_HOME"], before = str(tmp_path), os.environ["XDG_CACHE_HOME"]
+    try:
+        s = start("-m", str(smollm2_q4), "--lookup-method", "suffix", "--draft-mode", "fixed", "--api-key", "k1")
+        try:
+            client = s.client("k1")
+            ask = lambda: client.chat.completions.create(model=smollm2_q4.name, messages=[{"role": "user", "content": PROMPT}], max_tokens=24, temperature=0)  # noqa: E731
+            first, again = ask(), ask()
+            assert first.choices[0].message.content == again.choices[0].message.content
+            timings = again.model_extra["timings"]  # type: ignore[index]
+            # The regenerated reply comes from the kept one: nearly all of it accepted drafts.
+            assert timings["draft_n_accepted"] >= 0.7 * again.usage.completion_tokens  # type: ignore[union-attr]
+        finally:
+            assert s.stop() == 0
+        files = [p for p in cache.iterdir() if p.suffix == ".bin"]
+        assert len(files) == 1 and "-" in files[0].name and "k1" not in files[0].name  # this key's own file
+        s = start("-m", str(smollm2_q4), "--lookup-method", "suffix", "--host", "0.0.0.0", "--api-key", "k1")
+        try:
+            assert any("suffix cache is off" in line for line in s.log)
+        finally:
+            assert s.stop() == 0
+    finally:
+        os.environ["XDG_CACHE_HOME"] = before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import llama_cpp
@@ -56,3 +57,11 @@ def check_compatible(target: VocabModel, draft: VocabModel) -> None:
         if a != b:
             ta, tb = a.decode("utf-8", "replace"), b.decode("utf-8", "replace")
             raise LocalspecError(f"{what}: token {i} is {ta!r} in the target but {tb!r} in the draft")
+
+
+def vocab_digest(vocab: object, n_vocab: int) -> str:
+    """A digest of a vocabulary's token texts: what a model's cached token ids are valid for."""
+    h = hashlib.sha256(str(n_vocab).encode())
+    for i in range(n_vocab):
+        h.update(llama_cpp.llama_vocab_get_text(vocab, i) + b"\0")
+    return h.hexdigest()[:24]

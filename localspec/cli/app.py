@@ -11,6 +11,7 @@ import typer.core
 from localspec import __version__
 
 from localspec.cli.bench import bench
+from localspec.cli.cache import cache
 from localspec.cli.chat import chat
 from localspec.cli.config import config
 from localspec.cli.pull import models, pull, rm
@@ -60,6 +61,7 @@ app.command()(pull)
 app.command()(models)
 app.command()(rm)
 app.command()(config)
+app.add_typer(cache, name="cache")
 
 
 def main() -> None:

@@ -54,11 +54,13 @@ def bench(
     """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
     given = dict(locals())
     from localspec.bench import BenchResult, check_outputs, choose_modes, comparable, load_prompts, make_modes, run_bench, seeded
+    from localspec.bench_suffix import suffix_costs
     from localspec.cli.views.bench_view import BenchProgress, render_table
     from localspec.engine.clock import SimulatedClock, WallClock
     from localspec.engine.profiles import FORMAT, load_profile
     from localspec.json_file import write_json
     from localspec.loader import load_models
+    from localspec.prompt import prompt_tokens
 
     if repeat < 1 or limit < 0:
         raise fail("--repeat must be >= 1 and --limit >= 0")
@@ -79,6 +81,8 @@ def bench(
                 for sample in run_bench(target, bench_modes, selected, config, clock, repeat, raw, progress.note):
                     result.samples.append(sample)
                     progress.advance()
+            if "suffix" in chosen:
+                result.suffix_costs = suffix_costs([prompt_tokens(target, p.text, raw) for p in selected])
             if comparable(config):
                 check_outputs(target, result, config)
             if isinstance(clock, WallClock) and clock.record is not None and record_costs is not None:

@@ -13,7 +13,7 @@ import typer
 
 from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
-    DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
+    DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     request, signals_stop, user_errors,
 )
@@ -128,6 +128,9 @@ def chat(
     lookup: LookupOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
+    lookup_method: LookupMethodOpt = None,
+    suffix_cache: SuffixCacheOpt = None,
+    suffix_cache_size: SuffixCacheSizeOpt = None,
     show_accepted: ShowAcceptedOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -151,7 +154,7 @@ def chat(
     notify = lambda m: err.print(Text(m, style="yellow"), soft_wrap=True)  # noqa: E731
     with user_errors():
         files, settings = request(given, seed=secrets.randbits(32))
-        loaded = load(files, settings, verbose=verbose)
+        loaded = load(files, settings, verbose=verbose, notify=notify)
     system = from_arg(system, "--system") if system else None
     session = ChatSession(loaded, settings, system, model_name=model or files.model.name, autosave=last_conversation_path())
     if resume:

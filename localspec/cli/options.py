@@ -13,7 +13,7 @@ import typer
 
 from localspec.defaults import EMBEDDED_NAME
 from localspec.errors import LocalspecError
-from localspec.settings import FIELDS, RANDOM_SEED, Settings
+from localspec.settings import FIELDS, RANDOM_SEED, Settings, value_types
 
 if TYPE_CHECKING:
     from localspec.loader import ModelFiles
@@ -32,16 +32,17 @@ PANELS = {
 
 
 # What a setting's value looks like in --help: its choices, or what it is (a flag shows none).
-METAVARS = {"stop": "TEXT", "lookup": ""}
+METAVARS = {"stop": "TEXT"}
 
 
 def _setting(name: str, *short: str, shown: Any = None) -> Any:
     about = Settings.about(name)
     default = getattr(Settings(), name) if shown is None else shown
-    flag = f"{about.flag}/--no-{about.key}" if name == "lookup" else about.flag
-    described = default in (None, ()) or "default" in about.help
+    switch = value_types(name) == (bool,)
+    flag = f"{about.flag}/--no-{about.key}" if switch else about.flag
+    described = switch or default in (None, ()) or "default" in about.help
     text = about.help if described else f"{about.help.rstrip('.')} (default {default})."
-    metavar = "|".join(about.choices) if about.choices else METAVARS.get(name)
+    metavar = "|".join(about.choices) if about.choices else "" if switch else METAVARS.get(name)
     return typer.Option(*short, flag, help=text, rich_help_panel=PANELS.get(name, DRAFTING), metavar=metavar)
 
 
@@ -71,6 +72,9 @@ DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
 LookupOpt = Annotated[bool | None, _setting("lookup")]
 LookupMinOpt = Annotated[int | None, _setting("lookup_min")]
 LookupMaxOpt = Annotated[int | None, _setting("lookup_max")]
+LookupMethodOpt = Annotated[str | None, _setting("lookup_method")]
+SuffixCacheOpt = Annotated[bool | None, _setting("suffix_cache")]
+SuffixCacheSizeOpt = Annotated[int | None, _setting("suffix_cache_size")]
 SlotsOpt = Annotated[int | None, _setting("slots")]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
@@ -146,5 +150,6 @@ def request(
     settings = Settings().merged({k: v for _source, values in sources for k, v in values.items()})
     if model is None and files.draft is None:
         lookup = settings.lookup is not False
-        notify(f"using the embedded {EMBEDDED_NAME} with {'n-gram prompt lookup' if lookup else 'no drafting'}")
+        method = "n-gram prompt lookup" if settings.lookup_method == "ngram" else "suffix lookup"
+        notify(f"using the embedded {EMBEDDED_NAME} with {method if lookup else 'no drafting'}")
     return files, settings

@@ -13,7 +13,7 @@ import typer
 
 from localspec.cli.options import (
     CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
-    DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
+    DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
     MODEL, OUTPUT, VerboseOpt, fail, request, signals_stop, user_errors,
 )
@@ -48,6 +48,9 @@ def run(
     lookup: LookupOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
+    lookup_method: LookupMethodOpt = None,
+    suffix_cache: SuffixCacheOpt = None,
+    suffix_cache_size: SuffixCacheSizeOpt = None,
     raw: RawOpt = False,
     show_accepted: ShowAcceptedOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT)] = False,
@@ -85,9 +88,10 @@ def run(
         raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
     with user_errors():
-        files, settings = request(given, (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True)), seed=secrets.randbits(32))
+        notify = (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True))
+        files, settings = request(given, notify, seed=secrets.randbits(32))
         config = settings.generation_config()
-        loaded = load(files, settings, cancel, verbose)
+        loaded = load(files, settings, cancel, verbose, notify=notify)
         try:
             notice = None if raw else template_notice(loaded.target)
             tokens = prompt_tokens(loaded.target, prompt, raw)

@@ -13,7 +13,7 @@ import typer
 
 from localspec.cli.options import (
     SERVER, CtxOpt, DraftBranchesOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt,
-    DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
+    DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
     SAMPLING, SeedOpt, SlotsOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, VerifyOpt, fail, request, user_errors,
 )
 from localspec.user_config import API_KEY_ENV
@@ -54,6 +54,9 @@ def serve(
     lookup: LookupOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
+    lookup_method: LookupMethodOpt = None,
+    suffix_cache: SuffixCacheOpt = None,
+    suffix_cache_size: SuffixCacheSizeOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve the model over an OpenAI-compatible API, speculating on every request.
@@ -69,7 +72,11 @@ def serve(
     with user_errors():
         files, settings = request(given, notify, max_tokens=UNTIL_CONTEXT)
         sock = _listen(host, port)
-        loaded = load(files, settings, verbose=verbose, serving=True)
+        if settings.lookup_method == "suffix" and settings.suffix_cache and not _loopback(host):
+            # What one client generated would speed up (and so show through the timing of) another's.
+            notify(f"the suffix cache is off on {host}: clients could tell what others generated from response times")
+            settings = settings.merged({"suffix_cache": False})
+        loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
     if not _loopback(host) and api_key is None:
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
     model_id = model if model and not names_file(model) else files.model.name  # an alias, or the file's name

@@ -86,4 +86,8 @@ class Drafter(Protocol):
     ) -> Draft:
         """Propose up to budget.limit(self.name) tokens that continue `context`."""
 
+    def end(self, context: Sequence[int]) -> None:
+        """The generation begun last ended with `context` (a drafter that learns across
+        generations keeps its output)."""
+
     def close(self) -> None: ...

@@ -30,6 +30,10 @@ class ChainDrafter:
                 break
         return draft
 
+    def end(self, context: Sequence[int]) -> None:
+        for d in self.drafters:
+            d.end(context)
+
     def close(self) -> None:
         for d in self.drafters:
             d.close()

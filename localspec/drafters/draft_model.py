@@ -71,5 +71,8 @@ class DraftModelDrafter:
         draft.passes = self.model.passes - passes
         return draft
 
+    def end(self, context: Sequence[int]) -> None:
+        return None
+
     def close(self) -> None:
         self.model.close()

@@ -69,5 +69,8 @@ class NgramDrafter:
         tokens = self._tokens[pos : min(pos + limit, len(self._tokens))] if limit > 0 else []
         return Draft(tokens, None, self.name, kind=kind)
 
+    def end(self, context: Sequence[int]) -> None:
+        return None
+
     def close(self) -> None:
         return None

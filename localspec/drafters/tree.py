@@ -131,5 +131,8 @@ class TreeDrafter:
         draft.passes = model.passes - passes
         return draft
 
+    def end(self, context: Sequence[int]) -> None:
+        return None
+
     def close(self) -> None:
         self.model.close()

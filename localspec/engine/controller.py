@@ -261,7 +261,7 @@ class AutoController:
 def _kind(name: str) -> str:
     """The drafter a proposal kind belongs to (prompt lookup learns acceptance per match length,
     but every kind costs the same call and shares one gate)."""
-    return name.split("-", 1)[0] if name.startswith("ngram") else name
+    return name.split("-", 1)[0] if name.startswith(("ngram", "suffix")) else name
 
 
 @dataclass

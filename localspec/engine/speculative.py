@@ -244,6 +244,8 @@ class SpeculativeEngine:
         stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}
         if controller.costs.seen.get(1):
             stats.target_alone_tps = controller.plain_rate()
+        if drafter is not None and generated:
+            drafter.end(ctx)
         tail = stream.finish()
         yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
 

@@ -7,6 +7,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from localspec.bench import BenchResult
+from localspec.bench_suffix import CACHE_SIZES
 
 
 class BenchProgress:
@@ -66,6 +67,10 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
         console.print("costs decided from (ms at each mode's last prompt: one-token and mean-width target pass; draft call + per pass):")
         for s in overall:
             console.print(f"  {s.mode}: {_costs(s.costs_ms)}")
+    sc = result.suffix_costs
+    if sc:
+        steps = ", ".join(f"{sc[f'step_ms_{n}']:.2f} ms at {n:,} cached tokens (index built in {sc[f'build_s_{n}']:.2f} s)" for n in CACHE_SIZES)
+        console.print(f"suffix: indexing {sc['index_ms_per_1k_tokens']:.1f} ms per 1k prompt tokens; a drafting step {steps}")
     notes = list(dict.fromkeys(n for sample in result.samples for n in sample.notes))
     for n in notes[:5]:
         console.print(f"auto: {n}")

@@ -1,0 +1,33 @@
+"""`localspec cache`: what the user cache directory holds (the suffix caches), and emptying it."""
+
+from __future__ import annotations
+
+import typer
+
+cache = typer.Typer(help="The cached files: earlier outputs kept for --lookup-method suffix.", no_args_is_help=True)
+
+
+@cache.command()
+def show() -> None:
+    """List the cached files and their sizes."""
+    from localspec.suffix_cache import cache_dir
+
+    root = cache_dir()
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    for p in files:
+        typer.echo(f"{p.stat().st_size:>12,} B  {p}")
+    typer.echo(f"{len(files)} files, {sum(p.stat().st_size for p in files):,} bytes in {root}")
+
+
+@cache.command()
+def clear() -> None:
+    """Remove every cached file (the suffix caches hold generated text)."""
+    from localspec.suffix_cache import cache_dir
+    from localspec.suffix_cache import clear as remove
+
+    try:
+        n, size = remove()
+    except OSError as e:
+        typer.echo(f"error: cannot empty {cache_dir()}: {e.strerror or e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"removed {n} files ({size:,} bytes) from {cache_dir()}")

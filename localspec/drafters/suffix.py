@@ -1,0 +1,117 @@
+"""Suffix drafting (SuffixDecoding, Oliaro et al. 2024): continue the context the way the longest
+earlier occurrence of its tail went on, in this request (its prompt and output so far) or in earlier
+outputs (the suffix cache, across requests and processes).
+
+Where the tail occurred more than once, the continuations are counted, and their frequencies are
+the draft's confidences: the most frequent path is the chain, and with --draft-branches > 1 a
+runner-up more frequent than --draft-p-split opens a branch, verified in the same target pass.
+Nodes are taken best first (by the chance that the target accepts them along with their whole
+path) for as long as the controller finds each worth its place in the pass. Longer matches predict
+better, so the controller learns acceptance per match length (the proposal's kind)."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+from localspec.drafters.base import Budget, Draft, DraftSettings
+from localspec.drafters.suffix_index import SuffixIndex
+from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree, Trie
+from localspec.sampling import Coupling, SamplingParams
+
+
+class Memory(Protocol):
+    """Earlier outputs (localspec/suffix_cache.py keeps them on disk)."""
+
+    def index(self) -> SuffixIndex | None:
+        """What is indexed, or None while it is not there yet."""
+
+    def record(self, text: Sequence[int]) -> None: ...
+
+
+def match_kind(m: int) -> str:
+    """The kind a match of m tokens is learned as: 2, 3, then 4-7, 8-15 and 16 alike."""
+    bucket = m if m < 4 else 4 if m < 8 else 8 if m < MATCH_MAX else MATCH_MAX
+    return f"suffix-{bucket}"
+
+
+class SuffixDrafter:
+    name = "suffix"
+
+    def __init__(self, memory: Memory | None = None, branches: int = 1) -> None:
+        self.memory = memory
+        self.branches = branches  # fixed at load: the target verifies each branch in a sequence of its own
+        self.begin((), DraftSettings())
+
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+        self.settings = settings
+        self.tree = SuffixTree()
+        self.tree.extend(context)
+        self.prompt_len = len(context)
+
+    def match(self, context: Sequence[int]) -> tuple[int, Trie, int]:
+        """(m, trie, node): the longest match of the context's tail, here or in earlier outputs
+        (this request's on a tie), and the node its continuations hang from; m = 0 when none."""
+        self.tree.sync(context)
+        m, node = self.tree.match(self.settings.lookup_min)
+        index = self.memory.index() if self.memory is not None else None
+        if index is not None and len(context) > m:
+            m_far, trie = index.match(context, max(self.settings.lookup_min, m + 1), DEPTH)
+            if trie is not None:
+                return m_far, trie, 0
+        return m, self.tree.trie, node
+
+    def propose(
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+    ) -> Draft:
+        m, trie, node = self.match(context)
+        if not m:
+            return Draft(source=self.name)
+        kind = match_kind(m)
+        limit = budget.limit(kind, calibrated=True)
+        draft = Draft(source=self.name, kind=kind, parents=[], confidences=[])
+        # Candidates, surest first: (-path_p, order, trie node, token, parent in the draft, frequency).
+        heap: list[tuple[float, int, int, int, int, float]] = []
+        order = 0
+
+        def offer(parent_node: int, parent: int, path_p: float) -> None:
+            nonlocal order
+            for rank, (token, child, freq) in enumerate(trie.children(parent_node)):
+                if rank and (self.branches < 2 or freq <= self.settings.p_split):
+                    break
+                # A runner-up is the target's choice only where the top one is not: taken at its word.
+                p = path_p * (freq if rank else budget.acceptance(kind, freq))
+                heapq.heappush(heap, (-p, order, child, token, parent, freq))
+                order += 1
+
+        offer(node, -1, 1.0)
+        has_child: set[int] = set()
+        leaves = 0
+        while heap and len(draft.tokens) < limit:
+            neg_p, _, child, token, parent, freq = heapq.heappop(heap)
+            opens = parent in has_child  # a second child: one more branch (leaf) in the tree
+            if opens and leaves >= self.branches:
+                continue
+            if not budget.keep(kind, -neg_p, len(draft.tokens) + 1):
+                break  # every candidate left is less likely still
+            leaves += opens or parent == -1
+            has_child.add(parent)
+            draft.tokens.append(token)
+            draft.parents.append(parent)  # type: ignore[union-attr]
+            draft.confidences.append(freq)  # type: ignore[union-attr]
+            offer(child, len(draft.tokens) - 1, -neg_p)
+        if all(p == i - 1 for i, p in enumerate(draft.parents or [])):
+            draft.parents = None  # a chain: verified without tree sequences
+        return draft
+
+    def end(self, context: Sequence[int]) -> None:
+        """A generation ended with `context`: remember its output, after the prompt's last tokens
+        (so that the same prompt finds it again)."""
+        if self.memory is not None and len(context) > self.prompt_len:
+            self.memory.record(context[max(0, self.prompt_len - MATCH_MAX) :])
+
+    def close(self) -> None:
+        return None
