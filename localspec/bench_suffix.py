@@ -19,17 +19,6 @@ CACHE_SIZES = (10_000, 1_000_000)
 STEP_CAP = 16
 
 
-class _Held:
-    def __init__(self, index: SuffixIndex) -> None:
-        self._index = index
-
-    def index(self) -> SuffixIndex:
-        return self._index
-
-    def record(self, text: Sequence[int]) -> None:
-        self._index.add(text)
-
-
 def suffix_costs(prompts: Sequence[Sequence[int]], steps: int = 200) -> dict[str, float]:
     """ms to index 1k prompt tokens; per cached size, s to build the index and ms per step."""
     prompts = [list(p) for p in prompts if len(p) > 1]
@@ -46,7 +35,7 @@ def suffix_costs(prompts: Sequence[Sequence[int]], steps: int = 200) -> dict[str
             texts.append(prompts[len(texts) % len(prompts)])
             n += len(texts[-1])
         t0 = time.perf_counter()
-        drafter = SuffixDrafter(_Held(SuffixIndex(texts, size)))
+        drafter = SuffixDrafter(SuffixIndex(texts, size))
         out[f"build_s_{size}"] = time.perf_counter() - t0
         elapsed = 0.0
         for i in range(steps):

@@ -24,7 +24,7 @@ import numpy as np
 import platformdirs
 from filelock import FileLock, Timeout
 
-from localspec.drafters.suffix_index import SEPARATOR, SuffixIndex
+from localspec.drafters.suffix_index import SEPARATOR, SuffixIndex, newest_within
 
 MAGIC = b"LSSUFX01"
 _HEADER = struct.Struct("<8sIQ32s")  # magic, vocabulary size, tokens, sha256 of the tokens
@@ -136,15 +136,7 @@ class SuffixCache:
                 except Damaged:
                     texts = []  # its notice was given at load, or it is the other process's to give
                 texts.append(np.asarray(text, np.int32))
-                kept, total = [], 0
-                for t in reversed(texts):
-                    if total + len(t) > self.size:
-                        if not kept:
-                            kept.append(t[-self.size :])
-                        break
-                    kept.append(t)
-                    total += len(t)
-                write_texts(path, kept[::-1], self.n_vocab)
+                write_texts(path, newest_within(texts, self.size), self.n_vocab)
         except Timeout:
             self.notify(f"the suffix cache {path} stayed locked by another process: this output is not kept")
         except OSError as e:
@@ -153,10 +145,16 @@ class SuffixCache:
             self.path = None
 
 
-def clear() -> tuple[int, int]:
-    """Remove every cached file (the suffix caches, their locks); (files, bytes) removed."""
+def cached_files() -> list[Path]:
+    """Every file in the cache directory (the suffix caches, their locks, older tools' files)."""
     root = cache_dir()
-    files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+
+
+def clear() -> tuple[int, int]:
+    """Remove every cached file; (files, bytes) removed."""
+    root = cache_dir()
+    files = cached_files()
     size = sum(p.stat().st_size for p in files)
     if root.exists():
         shutil.rmtree(root)

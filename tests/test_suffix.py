@@ -6,7 +6,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,22 +26,7 @@ GREEDY = SamplingParams(temperature=0.0)
 RNG = np.random.default_rng(0)
 
 
-class Held:
-    """Earlier outputs in memory, as the drafter sees a loaded cache."""
-
-    def __init__(self, texts: Sequence[Sequence[int]] = (), size: int = 1 << 16) -> None:
-        self._index = SuffixIndex(texts, size)
-        self.recorded: list[list[int]] = []
-
-    def index(self) -> SuffixIndex:
-        return self._index
-
-    def record(self, text: Sequence[int]) -> None:
-        self.recorded.append(list(text))
-        self._index.add(text)
-
-
-def drafter(memory: Held | None = None, branches: int = 1, lookup_min: int = 2, p_split: float = 0.1) -> SuffixDrafter:
+def drafter(memory: SuffixIndex | None = None, branches: int = 1, lookup_min: int = 2, p_split: float = 0.1) -> SuffixDrafter:
     d = SuffixDrafter(memory, branches)
     d.begin([], DraftSettings(lookup_min=lookup_min, p_split=p_split))
     return d
@@ -126,7 +110,7 @@ def test_index_evicts_the_oldest_texts_past_its_size():
 
 
 def test_drafter_prefers_a_longer_match_in_earlier_outputs():
-    memory = Held([[10, 11, 12, 13, 14, 15, 16, 17]])
+    memory = SuffixIndex([[10, 11, 12, 13, 14, 15, 16, 17]])
     d = drafter(memory)
     context = [1, 12, 2, 10, 11, 12]  # "12 2" here; "10 11 12 13 ..." in an earlier output
     draft = d.propose(context, FixedBudget(4), GREEDY, RNG)
@@ -161,15 +145,15 @@ def test_drafter_without_branches_never_proposes_a_tree():
 
 
 def test_drafter_keeps_each_output_with_the_end_of_its_prompt():
-    memory = Held()
+    memory = SuffixIndex()
     d = SuffixDrafter(memory)
     prompt = list(range(100, 140))
     d.begin(prompt, DraftSettings())
     d.end([*prompt, 1, 2, 3])
-    assert memory.recorded == [[*prompt[-MATCH_MAX:], 1, 2, 3]]
+    assert [t.tolist() for t in memory.texts] == [[*prompt[-MATCH_MAX:], 1, 2, 3]]
     d.begin(prompt, DraftSettings())
     d.end(prompt)  # nothing generated: nothing kept
-    assert len(memory.recorded) == 1
+    assert len(memory.texts) == 1
     # The same prompt again: its tail matches the kept output, which is proposed at once.
     d.begin(prompt, DraftSettings())
     assert d.propose(prompt, FixedBudget(3), GREEDY, RNG).tokens == [1, 2, 3]

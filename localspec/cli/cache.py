@@ -10,13 +10,12 @@ cache = typer.Typer(help="The cached files: earlier outputs kept for --lookup-me
 @cache.command()
 def show() -> None:
     """List the cached files and their sizes."""
-    from localspec.suffix_cache import cache_dir
+    from localspec.suffix_cache import cache_dir, cached_files
 
-    root = cache_dir()
-    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    files = cached_files()
     for p in files:
         typer.echo(f"{p.stat().st_size:>12,} B  {p}")
-    typer.echo(f"{len(files)} files, {sum(p.stat().st_size for p in files):,} bytes in {root}")
+    typer.echo(f"{len(files)} files, {sum(p.stat().st_size for p in files):,} bytes in {cache_dir()}")
 
 
 @cache.command()

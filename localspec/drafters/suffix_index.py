@@ -37,24 +37,39 @@ def _hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     return h[valid], np.arange(n, size)[valid]
 
 
+def newest_within(texts: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
+    """The newest of `texts` (oldest first) that fit in `size` tokens together; the newest alone is
+    cut to its last `size` tokens if it does not fit."""
+    kept: list[np.ndarray] = []
+    total = 0
+    for t in reversed(texts):
+        if total + len(t) > size:
+            if not kept:
+                kept.append(t[-size:])
+            break
+        kept.append(t)
+        total += len(t)
+    return kept[::-1]
+
+
 class SuffixIndex:
+    """Also a drafter's memory (drafters/suffix.py) that is always loaded: bench and the tests
+    hand one to SuffixDrafter as it is."""
+
     def __init__(self, texts: Sequence[Sequence[int]] = (), size: int = 1 << 18) -> None:
         self.size = size  # the most tokens kept
-        self.texts: list[np.ndarray] = [np.asarray(t, np.int32) for t in texts if len(t)]
-        self._evict()
+        self.texts = newest_within([np.asarray(t, np.int32) for t in texts if len(t)], size)
         self._rebuild()
 
     @property
     def n_tokens(self) -> int:
         return sum(len(t) for t in self.texts)
 
-    def _evict(self) -> None:
-        total = self.n_tokens
-        while self.texts and total > self.size:
-            if len(self.texts) == 1:
-                self.texts[0] = self.texts[0][-self.size :]
-                break
-            total -= len(self.texts.pop(0))
+    def index(self) -> SuffixIndex:
+        return self
+
+    def record(self, text: Sequence[int]) -> None:
+        self.add(text)
 
     def _rebuild(self) -> None:
         parts = [p for t in self.texts for p in (t, np.array([SEPARATOR], np.int32))]
@@ -73,13 +88,14 @@ class SuffixIndex:
             return
         self.texts.append(text)
         if self.n_tokens > self.size:
-            self._evict()
+            self.texts = newest_within(self.texts, self.size)
             self._rebuild()
             return
         offset = len(self.tokens)
-        self.tokens = np.concatenate([self.tokens, text, np.array([SEPARATOR], np.int32)])
+        ended = np.append(text, SEPARATOR).astype(np.int32)
+        self.tokens = np.concatenate([self.tokens, ended])
         for n in ANCHORS:
-            h, p = _hashes(np.append(text, SEPARATOR).astype(np.int32), n)
+            h, p = _hashes(ended, n)
             order = np.argsort(h, kind="stable")
             h, p = h[order], p[order] + offset
             at = np.searchsorted(self.keys[n], h, side="right")  # after equal, older ones
