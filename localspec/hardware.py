@@ -56,7 +56,8 @@ def _limit_to_affinity(cores: int) -> int:
 
 
 def default_gpu_layers() -> int:
-    """Every layer on the GPU when llama.cpp was built with an offload backend (Metal, CUDA, ...), else none."""
-    import llama_cpp
+    """Every layer on the GPU when this machine has one llama.cpp can use (Metal, CUDA, ...), else
+    none. (llama.cpp's own test counts a build with RPC as one that offloads.)"""
+    from localspec.backend.devices import local_gpus
 
-    return -1 if llama_cpp.llama_supports_gpu_offload() else 0
+    return -1 if local_gpus() else 0

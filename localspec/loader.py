@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from localspec import defaults
+from localspec.backend import rpc
+from localspec.backend.devices import local_gpus
 from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.vocab import VocabModel, check_compatible, vocab_digest
@@ -22,10 +24,11 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import Memory, SuffixDrafter
 from localspec.drafters.tree import TreeDrafter
+from localspec.endpoints import parse_endpoints
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
-from localspec.settings import Settings
+from localspec.settings import Settings, proportions
 from localspec.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
 
 DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
@@ -102,6 +105,13 @@ def load_models(
         with VocabModel(files.model, verbose) as vt, VocabModel(files.draft, verbose) as vd:
             check_compatible(vt, vd)
     cores, gpu = physical_cores(), default_gpu_layers()
+    servers = parse_endpoints(settings.rpc) if settings.rpc else []
+    # The target's offloaded layers go to the servers and the local GPUs: by default all of them.
+    remote = (*rpc.connect(servers), *local_gpus()) if servers else None
+    split = proportions(settings.tensor_split) if settings.tensor_split else ()
+    if remote is not None and len(split) > len(remote):
+        flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
+        raise LocalspecError(f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', then the local GPUs')")
     # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
     trees = files.draft is not None or settings.lookup_method == "suffix"
     n_seq_max = settings.draft_branches if trees else 1
@@ -113,7 +123,9 @@ def load_models(
             n_ctx=settings.ctx,
             n_threads=threads,
             n_threads_batch=threads,
-            n_gpu_layers=gpu if settings.gpu_layers is None else settings.gpu_layers,
+            n_gpu_layers=(-1 if servers else gpu) if settings.gpu_layers is None else settings.gpu_layers,
+            devices=remote,
+            tensor_split=split,
             rollback_snapshots=settings.draft_max + 1,
             n_seq_max=n_seq_max,
             slots=slots,
@@ -122,6 +134,9 @@ def load_models(
         cancel,
         Settings.about("gpu_layers").flag,
     )
+    if servers:
+        rpc.keep_alive(servers)
+        rpc.watch(target.timer, servers)
     if files.draft is None:
         return target, None
     draft_threads = settings.draft_threads or cores

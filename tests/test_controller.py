@@ -6,7 +6,15 @@ import pytest
 from cost_tables import live_costs
 
 from localspec.engine.controller import (
-    FIRST_PROBE_AFTER, PROBE_LENGTH, RECHECK_AFTER, REFRESH_STEPS, TRIAL_LENGTH, TRIAL_STEPS, AutoController, FixedBudget,
+    FIRST_PROBE_AFTER,
+    LOOKUP_PROBE_WINS,
+    PROBE_LENGTH,
+    RECHECK_AFTER,
+    REFRESH_STEPS,
+    TRIAL_LENGTH,
+    TRIAL_STEPS,
+    AutoController,
+    FixedBudget,
 )
 from localspec.engine.estimates import expected_tokens
 
@@ -65,6 +73,21 @@ def test_high_acceptance_drafts_long_low_acceptance_stops():
     for _ in range(30):
         ctl.update("draft-model", 4, 0)
     assert ctl.best_length("draft-model", 16) == 0
+
+
+def test_lookup_that_pays_on_a_short_text_sits_out_where_a_long_context_makes_wide_passes_dear():
+    ctl = settled({1: 1.0, 2: 1.15, 3: 1.3, 4: 1.45, 5: 1.6})
+    for _ in range(30):
+        ctl.update("ngram-3", 2, 1)  # 35-50% acceptance
+        ctl.update("ngram-3", 2, 0)
+    assert ctl.best_length("ngram-3", 4) > 0
+    ctl.costs.at(3000)
+    assert ctl.budget(4).limit("ngram-3") == 0  # a context length not timed yet: plain steps first
+    for b, seconds in ((1, 1.5), (1, 1.5), (2, 2.1), (3, 2.85), (4, 3.5), (5, 4.0)):
+        ctl.costs.observe_verify(b, seconds)
+    assert ctl.best_length("ngram-3", 4) == 0
+    ctl.costs.at(200)
+    assert ctl.best_length("ngram-3", 4) > 0
 
 
 def test_free_drafts_are_worth_more_than_costly_ones():
@@ -131,6 +154,29 @@ def test_a_probe_that_wins_starts_a_new_trial():
     ctl.record_step(8, 9, 2.0)  # the probe: 9 tokens in the time of 2
     budget = ctl.budget(8)
     assert budget.limit("draft-model", calibrated=True) == 8 and budget.floor == TRIAL_LENGTH
+
+
+def test_prompt_lookup_needs_two_winning_probes_in_a_row_for_a_new_trial():
+    ctl = settled()
+    for _ in range(30):
+        ctl.update("ngram-3", 4, 0)
+    ctl.budget(4).limit("ngram-3")
+    ctl.record_step(0, 1, 1.0)
+    ctl.gate("ngram-3").trial, ctl.gate("ngram-3").benched = 0, True
+
+    def probe(won: bool) -> None:
+        while not ctl.budget(4).limit("ngram-3"):
+            ctl.record_step(0, 1, 1.0)
+        assert ctl.gate("ngram").probing
+        ctl.record_step(2, 3 if won else 1, 1.3)
+
+    probe(True)  # a match that happened to go on
+    assert ctl.gate("ngram").benched and ctl.gate("ngram").idle_steps == ctl.gate("ngram").probe_interval  # probes again at once
+    probe(False)
+    assert ctl.gate("ngram").benched and ctl.gate("ngram").wins == 0
+    for _ in range(LOOKUP_PROBE_WINS):
+        probe(True)
+    assert not ctl.gate("ngram").benched and ctl.gate("ngram").trial == TRIAL_STEPS
 
 
 def test_a_plain_step_retimes_the_target_after_a_long_drafted_run():

@@ -53,6 +53,22 @@ def test_the_shape_is_anchored_when_a_one_token_pass_comes_after_wider_ones():
     assert costs.verify(5) == pytest.approx(0.1)
 
 
+def test_a_longer_context_is_timed_afresh_and_a_short_one_keeps_its_figures():
+    costs = live_costs({1: 0.04, 3: 0.052})  # at the start of a text: a 3-token pass costs 1.3x
+    costs.at(3000)  # attention over 3k tokens: every pass dearer, wide ones more so
+    assert not costs.anchored and costs.verify(3) / costs.verify(1) == pytest.approx(1.3)  # a prior
+    for seconds in (0.062, 0.06):
+        costs.observe_verify(1, seconds)
+    assert costs.anchored and costs.verify(1) == pytest.approx(0.06)
+    assert costs.verify(3) / costs.verify(1) == pytest.approx(1.3)  # not measured here yet
+    costs.observe_verify(3, 0.114)
+    assert costs.verify(3) / costs.verify(1) == pytest.approx(1.9)
+    costs.at(3500)  # the same span
+    assert costs.anchored and costs.verify(3) == pytest.approx(0.114)
+    costs.at(100)  # a new, short text
+    assert costs.verify(1) == pytest.approx(0.04) and costs.verify(3) == pytest.approx(0.052)
+
+
 def test_draft_calls_are_fitted_as_a_fixed_part_and_a_part_per_pass():
     costs = LiveCosts()
     for passes in (1, 2, 4, 8, 3, 5):

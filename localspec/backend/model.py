@@ -12,7 +12,9 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.logs import silence_llama_logs
+from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
+from localspec.backend.vocab import tokenize
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
@@ -29,6 +31,8 @@ class ModelOptions:
     n_threads: int = 1
     n_threads_batch: int = 1
     n_gpu_layers: int = 0
+    devices: tuple[int, ...] | None = None  # what offloaded layers go to (None: this machine's GPUs)
+    tensor_split: tuple[float, ...] = ()  # in what proportions (empty: by free memory)
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
     # Token sequences kept (in host memory) after their generation, a server's conversations; 0: none.
@@ -49,7 +53,7 @@ class Model:
         self.path = path
         self.options = options
         self._cancel = cancel or threading.Event()
-        self.model = load_weights(path, options.n_gpu_layers, vocab_only=False)
+        self.model = load_weights(path, options.n_gpu_layers, False, options.devices, options.tensor_split)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.recurrent = bool(
@@ -75,6 +79,7 @@ class Model:
         cparams.abort_callback = self._abort_cb
         self._watching = True
         self.passes = 0  # llama_decode calls so far: what a drafter's call is costed by
+        self.timer = PassTimer()  # passes up to their logits, for the RPC watchdog
         if self.recurrent:
             cparams.n_rs_seq = options.rollback_snapshots
         self.ctx = llama_cpp.llama_init_from_model(self.model, cparams)
@@ -94,15 +99,7 @@ class Model:
 
     # --- tokens and text -------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        data = text.encode("utf-8")
-        size = len(data) + 16
-        buf = (llama_cpp.llama_token * size)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
-        if n < 0:
-            size = -n
-            buf = (llama_cpp.llama_token * size)()
-            n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, size, add_special, parse_special)
-        return list(buf[:n])
+        return tokenize(self.vocab, text, add_special, parse_special)
 
     def piece(self, token: int) -> bytes:
         """The bytes a token stands for in output text (special tokens render as nothing)."""
@@ -152,6 +149,10 @@ class Model:
         one row per token when all_logits, else only the last token's row."""
         if not tokens:
             return None
+        with self.timer(len(tokens)):
+            return self._decode(tokens, all_logits)
+
+    def _decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
         if len(self.cached) + len(tokens) > self.n_ctx:
             raise LocalspecError(
                 f"context is full: {len(self.cached) + len(tokens)} tokens needed, --ctx is {self.n_ctx}"
@@ -220,6 +221,10 @@ class Model:
         every token. `cached` keeps describing sequence 0 only; the caller commits a path after."""
         if len(tokens) > self.n_batch:
             raise ValueError("a tree must fit one batch")
+        with self.timer(len(tokens)):
+            return self._decode_tree(tokens, positions, seq_ids)
+
+    def _decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
         batch = self._batch
         for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids)):
             batch.token[i] = tok

@@ -1,4 +1,5 @@
-"""Target/draft vocabulary compatibility, by llama.cpp's rule (common/speculative.cpp)."""
+"""Vocabularies: tokenizing, target/draft compatibility by llama.cpp's rule (common/speculative.cpp),
+and a digest of what token ids mean."""
 
 from __future__ import annotations
 
@@ -65,3 +66,15 @@ def vocab_digest(vocab: object, n_vocab: int) -> str:
     for i in range(n_vocab):
         h.update(llama_cpp.llama_vocab_get_text(vocab, i) + b"\0")
     return h.hexdigest()[:24]
+
+
+def tokenize(vocab: object, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    data = text.encode("utf-8")
+    size = len(data) + 16
+    buf = (llama_cpp.llama_token * size)()
+    n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, size, add_special, parse_special)
+    if n < 0:
+        size = -n
+        buf = (llama_cpp.llama_token * size)()
+        n = llama_cpp.llama_tokenize(vocab, data, len(data), buf, size, add_special, parse_special)
+    return list(buf[:n])

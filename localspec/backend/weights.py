@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import llama_cpp
 
+from localspec.backend.devices import device_list
 from localspec.errors import LocalspecError
 
 
@@ -19,10 +22,20 @@ def _cpu_has_amx() -> bool:
     return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
 
 
-def load_weights(path: Path, n_gpu_layers: int, vocab_only: bool) -> llama_cpp.llama_model_p:
+def load_weights(
+    path: Path, n_gpu_layers: int, vocab_only: bool, devices: Sequence[int] | None = None, split: Sequence[float] = ()
+) -> llama_cpp.llama_model_p:
+    """`devices`: what the offloaded layers are spread over (None: this machine's GPUs), in the
+    proportions of `split` (empty: by free memory)."""
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
     params.vocab_only = vocab_only
+    listed = device_list(devices)  # both arrays must outlive the load
+    if listed is not None:
+        params.devices = ctypes.cast(listed, ctypes.c_void_p)
+    if split:
+        proportions = (ctypes.c_float * llama_cpp.llama_max_devices())(*split[: llama_cpp.llama_max_devices()])
+        params.tensor_split = proportions
     # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
     # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,
     # still open; seen here in a VM with Q4_1 weights). Without the extra buffer types the CPU runs

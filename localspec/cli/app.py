@@ -15,6 +15,7 @@ from localspec.cli.cache import cache
 from localspec.cli.chat import chat
 from localspec.cli.config import config
 from localspec.cli.pull import models, pull, rm
+from localspec.cli.rpc_server import rpc_server
 from localspec.cli.run import run
 from localspec.cli.serve import serve
 
@@ -61,6 +62,7 @@ app.command()(pull)
 app.command()(models)
 app.command()(rm)
 app.command()(config)
+app.command(name="rpc-server")(rpc_server)
 app.add_typer(cache, name="cache")
 
 

@@ -13,7 +13,7 @@ from localspec.errors import LocalspecError
 
 from localspec.bench import MODES
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
+    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
     GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelOpt, RawOpt, ThreadsOpt,
     VerboseOpt, fail, request, user_errors,
 )
@@ -48,6 +48,8 @@ def bench(
     draft_p_split: DraftPSplitOpt = None,
     lookup_min: LookupMinOpt = None,
     lookup_max: LookupMaxOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     raw: RawOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
+    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
     request, signals_stop, user_errors,
@@ -131,6 +131,8 @@ def chat(
     lookup_method: LookupMethodOpt = None,
     suffix_cache: SuffixCacheOpt = None,
     suffix_cache_size: SuffixCacheSizeOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     show_accepted: ShowAcceptedOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:

@@ -27,12 +27,12 @@ MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT, SERVER = "Model", "Drafting", "S
 PANELS = {
     "max_tokens": SAMPLING, "temp": SAMPLING, "top_k": SAMPLING, "top_p": SAMPLING, "min_p": SAMPLING,
     "seed": SAMPLING, "stop": SAMPLING, "verify": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
-    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE, "slots": SERVER,
+    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE, "slots": SERVER, "rpc": MODEL, "tensor_split": PERFORMANCE,
 }
 
 
 # What a setting's value looks like in --help: its choices, or what it is (a flag shows none).
-METAVARS = {"stop": "TEXT"}
+METAVARS = {"stop": "TEXT", "rpc": "HOST:PORT,...", "tensor_split": "N,N,..."}
 
 
 def _setting(name: str, *short: str, shown: Any = None) -> Any:
@@ -76,6 +76,8 @@ LookupMethodOpt = Annotated[str | None, _setting("lookup_method")]
 SuffixCacheOpt = Annotated[bool | None, _setting("suffix_cache")]
 SuffixCacheSizeOpt = Annotated[int | None, _setting("suffix_cache_size")]
 SlotsOpt = Annotated[int | None, _setting("slots")]
+RpcOpt = Annotated[str | None, _setting("rpc")]
+TensorSplitOpt = Annotated[str | None, _setting("tensor_split")]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]

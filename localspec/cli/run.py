@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
+    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
     DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
     ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
     MODEL, OUTPUT, VerboseOpt, fail, request, signals_stop, user_errors,
@@ -51,6 +51,8 @@ def run(
     lookup_method: LookupMethodOpt = None,
     suffix_cache: SuffixCacheOpt = None,
     suffix_cache_size: SuffixCacheSizeOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     raw: RawOpt = False,
     show_accepted: ShowAcceptedOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT)] = False,

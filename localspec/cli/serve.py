@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import ipaddress
 import signal
 import socket
 from typing import Annotated
@@ -12,10 +10,11 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    SERVER, CtxOpt, DraftBranchesOpt, DraftGpuLayersOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt,
+    SERVER, CtxOpt, DraftBranchesOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt,
     DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
     SAMPLING, SeedOpt, SlotsOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, VerifyOpt, fail, request, user_errors,
 )
+from localspec.endpoints import is_loopback
 from localspec.user_config import API_KEY_ENV
 
 UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the context is full
@@ -57,6 +56,8 @@ def serve(
     lookup_method: LookupMethodOpt = None,
     suffix_cache: SuffixCacheOpt = None,
     suffix_cache_size: SuffixCacheSizeOpt = None,
+    rpc: RpcOpt = None,
+    tensor_split: TensorSplitOpt = None,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve the model over an OpenAI-compatible API, speculating on every request.
@@ -72,12 +73,12 @@ def serve(
     with user_errors():
         files, settings = request(given, notify, max_tokens=UNTIL_CONTEXT)
         sock = _listen(host, port)
-        if settings.lookup_method == "suffix" and settings.suffix_cache and not _loopback(host):
+        if settings.lookup_method == "suffix" and settings.suffix_cache and not is_loopback(host):
             # What one client generated would speed up (and so show through the timing of) another's.
             notify(f"the suffix cache is off on {host}: clients could tell what others generated from response times")
             settings = settings.merged({"suffix_cache": False})
         loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
-    if not _loopback(host) and api_key is None:
+    if not is_loopback(host) and api_key is None:
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
     model_id = model if model and not names_file(model) else files.model.name  # an alias, or the file's name
     config = ServeConfig(
@@ -142,12 +143,6 @@ def _listen(host: str, port: int) -> socket.socket:
         raise fail(f"cannot listen on {host}:{port}: {why}") from None
     sock.set_inheritable(True)
     return sock
-
-
-def _loopback(host: str) -> bool:
-    with contextlib.suppress(ValueError):
-        return ipaddress.ip_address(host).is_loopback
-    return host == "localhost"
 
 
 def _url_host(host: str) -> str:

@@ -15,14 +15,15 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   steps fall short by more than their noise is benched, whatever the estimates promise (a clearly
   losing drafter within a few steps; a marginal one, which costs little either way, is not thrown
   out on one unlucky stretch). Benched drafters are probed at growing intervals; a probe that beats
-  the target alone starts a new trial. Prompt lookup is one drafter here: its match lengths learn
-  acceptance apart but share the trial and the verdict; a length that does not pay sits out and
-  is rechecked at growing intervals.
+  the target alone (for prompt lookup, two in a row) starts a new trial. Prompt lookup is one
+  drafter here: its match lengths learn acceptance apart but share the trial and the verdict; a
+  length that does not pay sits out and is rechecked at growing intervals.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
 the two, the first also paging in the weights), so the first token comes as fast as without
-speculation. Decisions depend on timings, so a seeded run at temp > 0 repeats only with --verify
+speculation; so are the first two once the context reaches a length not timed yet (costs.py: a
+long context makes wide passes dearer). Decisions depend on timings, so a seeded run at temp > 0 repeats only with --verify
 coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
@@ -32,22 +33,21 @@ from dataclasses import dataclass, field
 
 from localspec.drafters.base import Budget
 from localspec.engine.costs import LiveCosts
-from localspec.engine.estimates import DECAY, SourceEstimates, expected_tokens
+from localspec.engine.estimates import DECAY, Realized, SourceEstimates, expected_tokens
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
 TRIAL_LENGTH = 3  # tokens each of them drafts at least
 PROBE_LENGTH = 2
 FIRST_PROBE_AFTER = 8  # idle steps before a benched drafter is probed
+# Prompt lookup's probes won in a row that start a new trial: lookup accepted a third of the time
+# wins one probe in three (a match that happened to go on), and each trial it started cost more than
+# the probes. A draft model's probe is its best guess: one win starts the trial.
+LOOKUP_PROBE_WINS = 2
 MAX_PROBE_INTERVAL = 64
 # A lookup match length that sits out drafts a probe after this many of its matches (then twice as
 # many, up to 4 * MAX_PROBE_INTERVAL): an engine outlives a text (a chat, a server), early misses too.
 RECHECK_AFTER = 16
 REFRESH_STEPS = 48
-REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
-MIN_EVIDENCE = 3.0  # decayed asked steps before realized throughput can bench a drafter
-# A drafter is benched when its mean excess over the target alone is below zero by this many
-# standard errors.
-LOSS_CONFIDENCE = 1.0
 # Expected gains carry estimation error; a length must promise this much over plain decoding.
 GAIN_MARGIN = 1.02
 # Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
@@ -74,39 +74,6 @@ class FixedBudget:
 
 
 @dataclass
-class _Realized:
-    """Decayed over the steps a drafter was asked to draft: their count, tokens and seconds, and the
-    sum and sum of squares of each one's excess (tokens beyond what the target alone would have
-    emitted in the same time)."""
-
-    steps: float = 0.0
-    tokens: float = 0.0
-    seconds: float = 0.0
-    excess: float = 0.0
-    excess_sq: float = 0.0
-
-    def add(self, tokens: int, seconds: float, plain_rate: float) -> None:
-        d, x = REALIZED_DECAY, tokens - plain_rate * seconds
-        self.steps, self.tokens, self.seconds = self.steps * d + 1, self.tokens * d + tokens, self.seconds * d + seconds
-        self.excess, self.excess_sq = self.excess * d + x, self.excess_sq * d + x * x
-
-    def scale(self, factor: float) -> None:
-        self.steps, self.tokens, self.seconds = self.steps * factor, self.tokens * factor, self.seconds * factor
-        self.excess, self.excess_sq = self.excess * factor, self.excess_sq * factor
-
-    def losing(self) -> bool:
-        """Whether these steps yield fewer tokens than the target alone would, beyond their noise."""
-        if self.steps < MIN_EVIDENCE:
-            return False
-        mean = self.excess / self.steps
-        var = max(self.excess_sq / self.steps - mean * mean, 0.0)
-        return mean + LOSS_CONFIDENCE * (var / self.steps) ** 0.5 < 0
-
-    def rate(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-
-@dataclass
 class _Gate:
     """Whether a drafter drafts at all: its trial, its realized throughput, benching and probes.
     One per drafter: prompt lookup's match lengths share it (each has its own acceptance
@@ -117,7 +84,8 @@ class _Gate:
     idle_steps: int = 0
     probe_interval: int = FIRST_PROBE_AFTER
     probing: bool = False
-    realized: _Realized = field(default_factory=_Realized)
+    wins: int = 0  # probes won in a row
+    realized: Realized = field(default_factory=Realized)
 
 
 @dataclass
@@ -249,19 +217,25 @@ class AutoController:
 
     def _after_probe(self, name: str, won: bool) -> None:
         st = self.gate(name)
-        st.probing = False
-        if won:
+        st.probing, st.wins = False, st.wins + 1 if won else 0
+        if st.wins >= (LOOKUP_PROBE_WINS if _is_lookup(name) else 1):
             # Fresh evidence from here: a trial, its realized throughput counted anew.
-            st.benched, st.trial, st.probe_interval = False, TRIAL_STEPS, FIRST_PROBE_AFTER
+            st.benched, st.trial, st.probe_interval, st.wins = False, TRIAL_STEPS, FIRST_PROBE_AFTER, 0
             st.realized.scale(0.2)
+        elif won:
+            st.idle_steps = st.probe_interval  # the next step probes again
         else:
             st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
+
+
+def _is_lookup(name: str) -> bool:
+    return name.startswith(("ngram", "suffix"))
 
 
 def _kind(name: str) -> str:
     """The drafter a proposal kind belongs to (prompt lookup learns acceptance per match length,
     but every kind costs the same call and shares one gate)."""
-    return name.split("-", 1)[0] if name.startswith(("ngram", "suffix")) else name
+    return name.split("-", 1)[0] if _is_lookup(name) else name
 
 
 @dataclass

@@ -5,8 +5,12 @@ call and verification (timed up to the moment its logits were read and judged, w
 when the work is done) is folded into running estimates, so costs follow the machine as it gets
 busy or idle. A target pass over b tokens is modelled as a level (what one token costs now, which
 moves fast) times a shape (what b tokens cost relative to one, which belongs to the hardware and
-moves slowly): a busy core slows every pass alike, and the shape learned before still holds. A
-drafter's call is modelled as a fixed part plus a part per draft-model pass."""
+moves slowly): a busy core slows every pass alike, and the shape learned before still holds. Both
+are kept per span of context length (each span twice as long as the one before): attention over a
+long context makes every pass dearer and, on a CPU, wide passes dearer still (on the testbed a
+3-token pass costs 1.3x a 1-token one at the start of a text and 1.9x after 3k tokens), so figures
+learned on short texts must not decide for long ones. A drafter's call is modelled as a fixed part
+plus a part per draft-model pass."""
 
 from __future__ import annotations
 
@@ -23,6 +27,11 @@ OUTLIER = 2.0
 PRIOR_SLOPE = 0.25
 # Before a drafter has been timed, a draft-model pass is believed to cost this share of a target token.
 PRIOR_DRAFT_SHARE = 0.1
+SPAN_TOKENS = 512  # the first span of context length; each later one is twice as long
+
+
+def span(context: int) -> int:
+    return (max(context, 0) // SPAN_TOKENS).bit_length()
 
 
 def _clip(x: float, ref: float) -> float:
@@ -65,18 +74,16 @@ class _DraftFit:
 
 
 @dataclass
-class LiveCosts:
+class _Passes:
+    """Target passes at one span of context length: a level and a shape."""
+
     level: float | None = None  # seconds of a one-token target pass, now
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
     seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
-    drafts: dict[str, _DraftFit] = field(default_factory=dict)
+    prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
 
-    # --- learning --------------------------------------------------------------------------
-    def observe_verify(self, batch: int, seconds: float) -> None:
-        """A target pass over `batch` tokens (with its verification) took `seconds`."""
-        if seconds <= 0:
-            return
-        relative = self._relative(batch)
+    def observe(self, batch: int, seconds: float) -> None:
+        relative = self.relative(batch)
         n = self.seen.get(batch, 0)
         self.seen[batch] = n + 1
         # A width's first two passes set its figure, the faster of them: a process's first passes
@@ -99,6 +106,59 @@ class LiveCosts:
             if batch > 1:
                 self.shape[batch] += SHAPE_RATE * (_clip(seconds / self.level, relative) - relative)
 
+    def relative(self, batch: int) -> float:
+        shape = self.shape if len(self.shape) > 1 or not self.prior else self.prior
+        sizes = sorted(shape)
+        if batch in shape:
+            return shape[batch]
+        if len(sizes) == 1:
+            return 1.0 + PRIOR_SLOPE * (batch - 1)
+        if batch > sizes[-1]:
+            lo, hi = sizes[-2], sizes[-1]
+            slope = max((shape[hi] - shape[lo]) / (hi - lo), 0.0)
+            return shape[hi] + slope * (batch - hi)
+        i = bisect_left(sizes, batch)
+        lo, hi = sizes[i - 1], sizes[i]
+        w = (batch - lo) / (hi - lo)
+        return shape[lo] * (1 - w) + shape[hi] * w
+
+
+@dataclass
+class LiveCosts:
+    spans: dict[int, _Passes] = field(default_factory=dict)  # span of context length -> its passes
+    drafts: dict[str, _DraftFit] = field(default_factory=dict)
+    context: int = 0  # tokens before the pass to come
+
+    def at(self, context: int) -> None:
+        """The next passes follow `context` tokens."""
+        self.context = context
+
+    @property
+    def _passes(self) -> _Passes:
+        here = span(self.context)
+        if here not in self.spans:
+            # A span not seen yet starts from the nearest one's figures (a better guess than none)
+            # and is timed afresh: its one-token passes anchor it, and once one wide pass is
+            # measured here, only widths measured here count (another span's shape is off for all).
+            near = self.spans.get(min(self.spans, key=lambda s: abs(s - here), default=-1))
+            prior = (near.shape if len(near.shape) > 1 else near.prior) if near else {}
+            self.spans[here] = _Passes(near.level if near else None, prior=dict(prior))
+        return self.spans[here]
+
+    @property
+    def level(self) -> float | None:
+        return self._passes.level
+
+    @property
+    def seen(self) -> dict[int, int]:
+        return self._passes.seen
+
+    # --- learning --------------------------------------------------------------------------
+    def observe_verify(self, batch: int, seconds: float) -> None:
+        """A target pass over `batch` tokens (with its verification) took `seconds`."""
+        if seconds > 0:
+            self._passes.observe(batch, seconds)
+
     def observe_draft(self, source: str, passes: int, seconds: float) -> None:
         """A call to drafter `source` ran `passes` draft-model passes in `seconds`."""
         self.drafts.setdefault(source, _DraftFit()).add(passes, max(seconds, 0.0))
@@ -106,27 +166,14 @@ class LiveCosts:
     # --- predictions -----------------------------------------------------------------------
     @property
     def anchored(self) -> bool:
-        """Whether the target alone has been timed (twice: the faster of its first two passes)."""
+        """Whether the target alone has been timed at this context length (twice: the faster of its
+        first two passes)."""
         return self.seen.get(1, 0) >= 2
-
-    def _relative(self, batch: int) -> float:
-        sizes = sorted(self.shape)
-        if batch in self.shape:
-            return self.shape[batch]
-        if len(sizes) == 1:
-            return 1.0 + PRIOR_SLOPE * (batch - 1)
-        if batch > sizes[-1]:
-            lo, hi = sizes[-2], sizes[-1]
-            slope = max((self.shape[hi] - self.shape[lo]) / (hi - lo), 0.0)
-            return self.shape[hi] + slope * (batch - hi)
-        i = bisect_left(sizes, batch)
-        lo, hi = sizes[i - 1], sizes[i]
-        w = (batch - lo) / (hi - lo)
-        return self.shape[lo] * (1 - w) + self.shape[hi] * w
 
     def verify(self, batch: int) -> float:
         """Seconds for a target pass over `batch` tokens, with its verification."""
-        return (self.level or 1.0) * self._relative(batch)
+        passes = self._passes
+        return (passes.level or 1.0) * passes.relative(batch)
 
     def draft(self, source: str, passes: int) -> float:
         """Seconds for a call to `source` that runs `passes` draft-model passes."""

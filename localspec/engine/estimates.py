@@ -1,6 +1,6 @@
 """What the auto controller knows of a drafter, learned from the token stream alone.
 
-Two estimates per drafter (per kind of proposal, for prompt lookup):
+Two estimates per drafter (per kind of proposal, for prompt lookup), and what its steps realized:
 - per draft position, how likely a token there is accepted once all before it were. Acceptance
   comes in runs (a draft that got the first tokens right tends to get the next ones right too), so
   later positions get their own estimates instead of one rate for all;
@@ -90,3 +90,43 @@ class SourceEstimates:
                 b = bisect_right(CONFIDENCE_EDGES, confidence)
                 self.tried[b] += 1.0
                 self.passed[b] += ok
+
+
+REALIZED_DECAY = 0.85  # per asked step: realized throughput is judged on the last several
+MIN_EVIDENCE = 3.0  # decayed asked steps before realized throughput can bench a drafter
+# A drafter is benched when its mean excess over the target alone is below zero by this many
+# standard errors.
+LOSS_CONFIDENCE = 1.0
+
+
+@dataclass
+class Realized:
+    """Decayed over the steps a drafter was asked to draft: their count, tokens and seconds, and the
+    sum and sum of squares of each one's excess (tokens beyond what the target alone would have
+    emitted in the same time)."""
+
+    steps: float = 0.0
+    tokens: float = 0.0
+    seconds: float = 0.0
+    excess: float = 0.0
+    excess_sq: float = 0.0
+
+    def add(self, tokens: int, seconds: float, plain_rate: float) -> None:
+        d, x = REALIZED_DECAY, tokens - plain_rate * seconds
+        self.steps, self.tokens, self.seconds = self.steps * d + 1, self.tokens * d + tokens, self.seconds * d + seconds
+        self.excess, self.excess_sq = self.excess * d + x, self.excess_sq * d + x * x
+
+    def scale(self, factor: float) -> None:
+        self.steps, self.tokens, self.seconds = self.steps * factor, self.tokens * factor, self.seconds * factor
+        self.excess, self.excess_sq = self.excess * factor, self.excess_sq * factor
+
+    def losing(self) -> bool:
+        """Whether these steps yield fewer tokens than the target alone would, beyond their noise."""
+        if self.steps < MIN_EVIDENCE:
+            return False
+        mean = self.excess / self.steps
+        var = max(self.excess_sq / self.steps - mean * mean, 0.0)
+        return mean + LOSS_CONFIDENCE * (var / self.steps) ** 0.5 < 0
+
+    def rate(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0

@@ -174,6 +174,7 @@ class SpeculativeEngine:
                     stop_reason = "length"
                     break
                 k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
+                controller.costs.at(len(ctx))
                 draft, draft_s = Draft(), 0.0
                 if drafter is not None and k_max >= max(1, config.draft_min):
                     floor = config.draft_min

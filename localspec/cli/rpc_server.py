@@ -1,0 +1,101 @@
+"""`localspec rpc-server`: lend this machine's devices to a target split over several machines."""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import os
+import signal
+import socket
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from localspec.cli.options import fail, user_errors
+from localspec.endpoints import is_loopback
+
+DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
+
+
+def rpc_server(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on. The protocol has no authentication: anything but loopback lets anyone who can reach this port use this machine (and read what it computes).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = DEFAULT_PORT,
+    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: physical cores).", show_default=False)] = None,
+    device: Annotated[str | None, typer.Option("--device", metavar="DEV,...", help="Devices to serve, by llama.cpp's names (default: the GPUs, else the CPU); `--device list` lists them.", show_default=False)] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", metavar="DIR", help="Keep the tensors clients send here, by hash, so a large model crosses the network once, not every run.", show_default=False)] = None,
+) -> None:
+    """Serve this machine's devices to `--rpc` on another machine (llama.cpp's RPC server, from the
+    same llama.cpp build the client uses). Runs until Ctrl-C or SIGTERM; one client at a time."""
+    from localspec.backend import devices as ggml
+    from localspec.backend.rpc import serve
+    from localspec.hardware import physical_cores
+
+    if not ggml.rpc_available():
+        raise fail(ggml.NO_RPC)
+    if device == "list":
+        for dev in ggml.all_devices():
+            typer.echo(f"{ggml.name(dev)}\t{ggml.description(dev)}")
+        return
+    with user_errors():
+        served = ggml.served_devices([d.strip() for d in device.split(",") if d.strip()] if device else [])
+    if cache_dir is not None:
+        try:
+            cache_dir.expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise fail(f"cannot use --cache-dir {cache_dir}: {e.strerror}") from None
+    host = _listen_address(host)
+    _check_port(host, port)
+    if not is_loopback(host):
+        typer.echo(
+            f"warning: serving on {host}:{port} without authentication: anyone who can reach it can run "
+            "computations here and read them; use it only on a network you trust",
+            err=True,
+        )
+    endpoint = f"{host}:{port}"
+    names = ", ".join(ggml.name(d) for d in served)
+    typer.echo(f"localspec rpc-server on {endpoint} serving {names}; stop it with Ctrl-C", err=True)
+    cache = str(cache_dir.expanduser()) if cache_dir else None
+    server = threading.Thread(
+        target=serve, args=(endpoint, cache, threads or physical_cores(), served), name="rpc-server", daemon=True
+    )
+    # The server blocks inside llama.cpp for good: it runs in a thread, and this one waits for a
+    # signal, then ends the process at once (there is nothing to unwind in a blocked C call).
+    stop = threading.Event()
+    got: list[int] = []
+
+    def on_signal(sig: int, _frame: object) -> None:
+        got.append(sig)
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    server.start()
+    while not stop.wait(0.5) and server.is_alive():
+        pass
+    if got:
+        typer.echo("rpc-server stopped", err=True)
+        os._exit(128 + got[0])
+    raise fail(f"the RPC server on {endpoint} stopped (see above)")
+
+
+def _listen_address(host: str) -> str:
+    """llama.cpp's RPC server binds an IPv4 address given as such."""
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        return str(ipaddress.IPv4Address(host))
+    except ValueError:
+        raise fail(f"--host {host}: give an IPv4 address (0.0.0.0 for every interface); llama.cpp's RPC server takes no names or IPv6") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    """Whether host:port can be listened on, asked before llama.cpp tries (it only says it failed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as e:
+            why = "the port is in use" if e.errno == errno.EADDRINUSE else e.strerror
+            raise fail(f"cannot listen on {host}:{port}: {why}") from None

@@ -1,0 +1,204 @@
+"""A target split over llama.cpp RPC servers: two `localspec rpc-server`s on 127.0.0.1 give the same
+greedy output as the local run; a server killed mid-run, or a link that stops answering, ends the
+run within seconds with a one-line error; bad servers and addresses are refused up front.
+
+These need llama-cpp-python built with RPC (README's set-up commands build it so): without it they
+fail, never skip."""
+
+from __future__ import annotations
+
+import json
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from tcp_proxy import Proxy
+from test_cli import CLI, assert_one_line_error, localspec
+
+from localspec.backend import rpc
+from localspec.backend.devices import rpc_available
+from localspec.endpoints import parse_endpoints
+from localspec.errors import LocalspecError
+
+LONG_PROMPT = "Write a long story about a lighthouse keeper and the sea, chapter by chapter."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def rpc_server(*extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [*CLI, "rpc-server", "--port", str(port), "--threads", "1", *extra],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    endpoint = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                rpc.check_server(endpoint, timeout=2)
+                break
+            except LocalspecError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "rpc-server did not come up"
+                time.sleep(0.2)
+        yield endpoint, proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[tuple[str, subprocess.Popen]]]:
+    with rpc_server() as a, rpc_server() as b:
+        yield [a, b]
+
+
+def run_json(model: Path, *extra: str) -> dict:
+    res = localspec("run", "-m", str(model), "-p", "Name three rivers and where they flow.", "-n", "48", "--temp", "0", "--json", *extra, timeout=300)
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)
+
+
+def test_this_build_has_rpc():
+    assert rpc_available(), "llama-cpp-python was built without -DGGML_RPC=ON (see README's set-up)"
+
+
+def test_greedy_output_over_two_rpc_servers_equals_the_local_output(servers, smollm2_q4: Path):
+    endpoints = ",".join(e for e, _ in servers)
+    local = run_json(smollm2_q4, "-d", "none", "--no-lookup")
+    remote = run_json(smollm2_q4, "-d", "none", "--no-lookup", "--rpc", endpoints)
+    assert remote["tokens"] == local["tokens"]
+    drafted = run_json(smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3")  # prompt lookup drafts, locally
+    assert drafted["tokens"] == local["tokens"]
+
+
+def _long_run(model: Path, endpoints: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*CLI, "run", "-m", str(model), "-p", LONG_PROMPT, "-n", "3000", "--ctx", "4096", "--temp", "0", "--rpc", endpoints],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+
+
+def _first_output(proc: subprocess.Popen, timeout: float = 120) -> None:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready and proc.stdout.read1(1), proc.stderr.read().decode()
+
+
+def _ends_with_one_line_error(proc: subprocess.Popen, within: float, fragment: str) -> float:
+    t0 = time.monotonic()
+    try:
+        proc.wait(timeout=within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"still running {within} s after the link failed")
+    err = proc.stderr.read().decode()
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and fragment in last, err
+    return time.monotonic() - t0
+
+
+def test_a_server_killed_mid_run_ends_the_run_within_seconds(servers, smollm2_q4: Path):
+    proc = _long_run(smollm2_q4, ",".join(e for e, _ in servers))
+    _first_output(proc)
+    servers[1][1].send_signal(signal.SIGKILL)
+    _ends_with_one_line_error(proc, 10, "RPC server")
+
+
+def test_a_link_that_stops_answering_ends_the_run_within_seconds(servers, smollm2_q4: Path):
+    host, port = servers[0][0].split(":")
+    proxy = Proxy((host, int(port))).start()
+    proc = _long_run(smollm2_q4, f"127.0.0.1:{proxy.port},{servers[1][0]}")
+    _first_output(proc)
+    proxy.freeze()
+    took = _ends_with_one_line_error(proc, rpc.STALL_FLOOR_S + 15, "no answer")
+    assert took >= rpc.STALL_FLOOR_S - 1
+
+
+def test_servers_that_are_not_there_or_do_not_answer_are_refused_in_one_line(smollm2_q4: Path):
+    port = free_port()
+    res = localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", f"127.0.0.1:{port}")
+    assert_one_line_error(res, f"cannot reach RPC server 127.0.0.1:{port}")
+    with socket.socket() as silent:  # accepts, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        res = localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", f"127.0.0.1:{silent.getsockname()[1]}")
+    assert_one_line_error(res, "did not answer within")
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("localhost", "is not HOST:PORT"), ("::1:50052", "is not HOST:PORT"), ("h:1,h:1", "given twice"), ("h:0", "is not HOST:PORT"),
+])
+def test_bad_rpc_addresses_are_refused(smollm2_q4: Path, value: str, fragment: str):
+    assert_one_line_error(localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", value), fragment)
+    with pytest.raises(ValueError):
+        parse_endpoints(value)
+
+
+def test_bad_tensor_split_is_refused(smollm2_q4: Path):
+    assert_one_line_error(localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--tensor-split", "1,x"), "--tensor-split must be")
+
+
+def test_rpc_server_refuses_a_busy_port_warns_when_exposed_and_stops_on_sigterm():
+    with rpc_server() as (endpoint, proc):
+        res = localspec("rpc-server", "--port", endpoint.split(":")[1])
+        assert_one_line_error(res, "the port is in use")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 128 + signal.SIGTERM
+    exposed = subprocess.Popen([*CLI, "rpc-server", "--host", "0.0.0.0", "--port", str(free_port())], stderr=subprocess.PIPE, text=True)
+    try:
+        assert "without authentication" in exposed.stderr.readline()
+    finally:
+        exposed.kill()
+        exposed.wait()
+    assert_one_line_error(localspec("rpc-server", "--host", "my-laptop"), "give an IPv4 address")
+    assert_one_line_error(localspec("rpc-server", "--device", "NOPE"), "no device 'NOPE'")
+
+
+REGISTERED = """
+import sys
+from localspec.backend import rpc
+from localspec.backend.devices import add_rpc_servers, device_list, local_gpus
+assert device_list(None) is None  # nothing registered yet: llama.cpp's own choice
+devices = rpc.connect([sys.argv[1]])
+assert devices and add_rpc_servers([sys.argv[1]]) == devices  # registered once
+listed = device_list(None)  # a load that names no devices (the draft's): this machine's GPUs only
+assert listed is not None and list(listed)[-1] is None and len(listed) == 1 + len(local_gpus())
+"""
+
+
+def test_once_servers_are_registered_a_load_that_names_no_devices_stays_here():
+    # In a process of its own: registered RPC devices stay registered for the process's life.
+    with rpc_server() as (endpoint, _proc):
+        res = subprocess.run([CLI[0], "-c", REGISTERED, endpoint], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+
+
+def test_the_watchdog_gives_up_on_a_pass_far_past_what_its_size_took():
+    timer, stalls = rpc.PassTimer(), []
+    with timer(1):
+        time.sleep(0.01)
+    assert timer.per_token >= 0.01
+    timer.since, timer.tokens = time.monotonic() - 1.0, 1
+    assert timer.overdue(time.monotonic()) is None  # slow, but under the floor
+    timer.since = time.monotonic() - rpc.STALL_FLOOR_S - 1
+    assert timer.overdue(time.monotonic()) > rpc.STALL_FLOOR_S
+    timer.tokens = 10_000  # a long prompt's pass may take longer
+    assert timer.overdue(time.monotonic()) is None
+    timer.tokens = 1
+    done = threading.Event()
+    rpc.watch(timer, ["h:1"], lambda message: (stalls.append(message), done.set()))
+    assert done.wait(5) and "no answer from the RPC server(s) h:1" in stalls[0]
