@@ -26,8 +26,9 @@ def rpc_server(
     device: Annotated[str | None, typer.Option("--device", metavar="DEV,...", help="Devices to serve, by llama.cpp's names (default: the GPUs, else the CPU); `--device list` lists them.", show_default=False)] = None,
     cache_dir: Annotated[Path | None, typer.Option("--cache-dir", metavar="DIR", help="Keep the tensors clients send here, by hash, so a large model crosses the network once, not every run.", show_default=False)] = None,
 ) -> None:
-    """Serve this machine's devices to `--rpc` on another machine (llama.cpp's RPC server, from the
-    same llama.cpp build the client uses). Runs until Ctrl-C or SIGTERM; one client at a time."""
+    """Lend this machine's devices to `--rpc` on another machine.
+
+    llama.cpp's RPC server, of the client's own build; one client at a time, until Ctrl-C or SIGTERM."""
     from localspec.backend import devices as ggml
     from localspec.backend.rpc import serve
     from localspec.hardware import physical_cores
