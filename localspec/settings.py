@@ -72,12 +72,17 @@ def _optional(check: Callable[[Any, Settings], str | None]) -> Callable[[Any, Se
     return lambda v, s: None if v is None else check(v, s)
 
 
-def _endpoints(v: str, _s: Settings) -> str | None:
-    try:
-        parse_endpoints(v)
-    except ValueError as e:
-        return str(e)
-    return None
+def _parses(parse: Callable[[str], Any], problem: str | None = None) -> Callable[[Any, Settings], str | None]:
+    """A check that `parse` takes the value: its ValueError (or `problem`) is the problem."""
+
+    def check(v: str, _s: Settings) -> str | None:
+        try:
+            parse(v)
+        except ValueError as e:
+            return problem or str(e)
+        return None
+
+    return check
 
 
 def proportions(text: str) -> tuple[float, ...]:
@@ -86,14 +91,6 @@ def proportions(text: str) -> tuple[float, ...]:
     if not all(math.isfinite(x) and x >= 0 for x in out) or not any(out):
         raise ValueError(text)
     return out
-
-
-def _proportions(v: str, _s: Settings) -> str | None:
-    try:
-        proportions(v)
-    except ValueError:
-        return "must be non-negative numbers separated by commas, not all zero"
-    return None
 
 
 @dataclass(frozen=True)
@@ -110,8 +107,8 @@ class Settings:
     lookup_method: str = field(default="ngram", metadata=_about(flag="--lookup-method", phase=LOAD, help="Prompt lookup: 'ngram' continues the last 2-4 tokens (--lookup-min/max) as they went on earlier in this request; 'suffix' the longest match (up to 16 tokens) in this request and in earlier outputs (the suffix cache), by how often each continuation followed.", choices=LOOKUP_METHODS))
     suffix_cache: bool = field(default=True, metadata=_about(flag="--suffix-cache", phase=LOAD, alias=False, help="With --lookup-method suffix: also continue from earlier outputs, kept in the user cache directory for later runs (on by default; it holds generated text: `localspec cache clear` empties it)."))
     suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=_within(1, 1 << 26)))
-    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_endpoints)))
-    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_proportions)))
+    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_parses(parse_endpoints))))
+    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
     # --- per generation ---
     max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
     temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))

@@ -74,10 +74,14 @@ def description(dev: int) -> str:
     return _dev_description(dev).decode("utf-8", "replace")
 
 
+def _local() -> list[int]:
+    return [d for d in all_devices() if not _is_rpc(d)]
+
+
 def served_devices(names: Sequence[str]) -> list[int]:
     """The devices an RPC server offers: those named, else the local GPUs, else the CPU (as
     llama.cpp's rpc-server picks them)."""
-    local = {name(d): d for d in all_devices() if not _is_rpc(d)}
+    local = {name(d): d for d in _local()}
     if names:
         unknown = [n for n in names if n not in local]
         if unknown:
@@ -88,7 +92,7 @@ def served_devices(names: Sequence[str]) -> list[int]:
 
 def local_gpus() -> list[int]:
     """This machine's GPUs as llama.cpp picks them by default: discrete ones, else integrated ones."""
-    local = [d for d in all_devices() if not _is_rpc(d)]
+    local = _local()
     return [d for d in local if _dev_type(d) == GPU] or [d for d in local if _dev_type(d) == IGPU]
 
 
