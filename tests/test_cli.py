@@ -315,3 +315,12 @@ def test_help_lists_choices_and_shows_flags_without_a_value():
     run_help = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
     for choices in ("auto|fixed", "standard|coupled", "sample|greedy", "FILE|ALIAS"):
         assert choices in run_help, choices
+
+
+def test_json_reports_the_thread_counts(tiny: TinyModels):
+    from localspec.hardware import physical_cores
+
+    default = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json").stdout)["stats"]
+    assert default["threads_default"] == physical_cores() and 1 <= default["threads_fewest"] <= default["threads"] <= physical_cores()
+    given = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json", "-t", "1").stdout)["stats"]
+    assert given["threads"] == given["threads_fewest"] == given["threads_default"] == 1

@@ -96,6 +96,21 @@ def test_a_simulated_clock_charges_the_profile_and_keeps_its_own_time():
     assert gpu.draft("draft-model", 1, 0) == pytest.approx(gpu.a / 6 + 1.5 * gpu.overhead)
 
 
+def test_a_simulated_clock_charges_the_real_time_spent_outside_llama_cpp_too():
+    import time
+
+    gpu = GpuProfile(ratio=6)
+    inside = [0.0]
+    clock = SimulatedClock(gpu, inside=lambda: inside[0])
+    clock.begin()
+    time.sleep(0.05)  # the engine's own work
+    assert clock.verify(1, 0, measured=0.0) >= gpu.verify(1, 0, 0.0) + 0.05
+    start = time.perf_counter()
+    time.sleep(0.05)
+    inside[0] += time.perf_counter() - start  # a pass: the profile charges it, not the wall
+    assert clock.verify(1, 0, measured=0.0) < gpu.verify(1, 0, 0.0) + 0.02
+
+
 def test_drift_swings_costs_by_the_amplitude():
     drift = DriftProfile(GpuProfile())
     seen = [drift.verify(1, 0, t * 1e-3) / GpuProfile().verify(1, 0, 0) for t in range(1000)]

@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from conftest import model_options
 from scipy import stats
-from tiny_models import TinySpec, write_tiny_llama
+from tiny_models import TinySpec, vocabulary, write_tiny_llama
 
 from localspec.backend.model import Model
 from localspec.drafters.base import DraftSettings
@@ -292,3 +292,67 @@ def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
         assert sum(c for k, c in drafted.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, drafted
     assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > TEST_ALPHA
     assert chi_square_pvalue(counts, joint, N_DRAWS) > TEST_ALPHA
+
+
+# --- a real vocabulary's width -------------------------------------------------------------------
+# 262,144 ids (Gemma 3's), most of them a bulk of unlikely tokens holding a fifth of the mass at
+# temp 1: the wide paths of sampling.py (top-k through block maxima, a float32 distribution over
+# the whole vocabulary, residuals of a sparse q against it, two-level draws) under the engine.
+
+WIDE_VOCAB = 262144
+WIDE_DRAWS = 1000
+WIDE_DRAFT = 2  # the first step drafts 2 tokens, so both tested positions meet the rule
+WIDE_CASES = (("fixed", False), ("fixed", True), ("tree", True))  # (mode, filtered)
+WIDE_ALPHA = FAMILY_ALPHA / (2 * len(WIDE_CASES))
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory: pytest.TempPathFactory):
+    d = tmp_path_factory.mktemp("wide")
+    pad = WIDE_VOCAB - len(vocabulary()[0])
+    # Small layers: at this width a pass is mostly its output row of 262k logits.
+    shape = dict(n_embd=16, n_head=2, n_ff=32, logit_scale=0.9, pad=pad, pad_below=7.0)
+    target = TinySpec(seed=21, **shape)  # type: ignore[arg-type]
+    draft = TinySpec(seed=22, perturb_from=21, perturb=0.25, **shape)  # type: ignore[arg-type]
+    opts = replace(model_options(), n_seq_max=BRANCHES)
+    models = [Model(write_tiny_llama(d / f"{name}.gguf", spec), opts) for name, spec in (("target", target), ("draft", draft))]
+    yield models
+    for m in models:
+        m.close()
+
+
+@pytest.mark.parametrize("mode,filtered", WIDE_CASES)
+def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: str, filtered: bool):
+    target, draft = wide
+    assert target.n_vocab == WIDE_VOCAB
+    prompt = target.tokenize(PROMPT)
+    params = FILTERED if filtered else PLAIN
+    drafter = TreeDrafter(draft, BRANCHES, target.n_vocab) if mode == "tree" else DraftModelDrafter(draft, target.n_vocab)
+    engine = SpeculativeEngine(target, drafter, mode)
+    counts: Counter = Counter()
+    steps: Counter = Counter()
+    for seed in range(WIDE_DRAWS):
+        config = GenerationConfig(max_tokens=WIDE_DRAFT + 1, sampling=params, seed=seed, draft_max=WIDE_DRAFT,
+                                  drafting=DraftSettings(p_split=0.05))
+        step = None
+        for ev in engine.generate(prompt, config):
+            if isinstance(ev, StepEvent) and step is None:
+                step = (ev.drafted, ev.accepted)
+            elif isinstance(ev, DoneEvent):
+                counts[tuple(ev.tokens[:2])] += 1
+        steps[step] += 1
+    assert sum(c for (k, a), c in steps.items() if a > 0) > WIDE_DRAWS // 20, steps
+    assert sum(c for (k, a), c in steps.items() if a < k) > WIDE_DRAWS // 20, steps
+    first: Counter = Counter()
+    for k, c in counts.items():
+        first[k[:1]] += c
+    if filtered:
+        joint = exact_pairs(target, prompt, params)
+        assert chi_square_pvalue(counts, joint, WIDE_DRAWS) > WIDE_ALPHA
+        exact_first = first_of(joint)
+    else:  # the pairs of a full support are too many to compute: the first token's
+        p1 = distribution(target.sync(prompt), params)
+        exact_first = {(int(t),): float(p1[t]) for t in np.flatnonzero(p1)}
+        tail = sum(p for (t,), p in exact_first.items() if t >= len(vocabulary()[0]))
+        assert tail > 0.05  # the bulk holds real mass: a draw from the whole vocabulary is tested
+    assert chi_square_pvalue(first, exact_first, WIDE_DRAWS) > WIDE_ALPHA

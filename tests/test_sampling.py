@@ -1,3 +1,5 @@
+from collections import Counter
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -104,3 +106,131 @@ def test_rule_detects_a_wrong_residual():
         else:
             counts[sample(p, rng)] += 1  # wrong: should be norm(max(0, p - q))
     assert stats.chisquare(counts, n * p).pvalue < P_VALUE_FLOOR
+
+
+# --- wide vocabularies: the sparse forms against dense float64 references ----------------------
+
+WIDE = (49152, 152064, 262144)
+
+
+def _logits(vocab: int, seed: int, top: float = 12.0) -> np.ndarray:
+    """A language model's shape: a bulk of unlikely tokens and a few far above it."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(vocab).astype(np.float32) * 2.5
+    x[rng.choice(vocab, 8, replace=False)] += rng.uniform(0.5, 1.0, 8).astype(np.float32) * top
+    return x
+
+
+def _reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
+    """The definition, dense and in float64: top-k, then top-p, then min-p, then temperature."""
+    x = logits.astype(np.float64)
+    order = np.argsort(-x, kind="stable")
+    if params.top_k > 0:
+        order = order[: params.top_k]
+    cand = x[order]
+    if params.top_p < 1.0:
+        cum = np.cumsum(np.exp(cand - cand[0]) / np.exp(cand - cand[0]).sum())
+        keep = int(np.searchsorted(cum, params.top_p)) + 1
+        order, cand = order[:keep], cand[:keep]
+    if params.min_p > 0.0:
+        keep_mask = cand >= cand[0] + np.log(params.min_p)
+        order, cand = order[keep_mask], cand[keep_mask]
+    out = np.zeros(len(x))
+    e = np.exp((cand - cand[0]) / params.temperature)
+    out[order] = e / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("vocab", WIDE)
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(0.8, 40, 0.95, 0.05),
+        SamplingParams(1.0, 0, 1.0, 0.0),  # full support
+        SamplingParams(0.7, 0, 0.9, 0.0),
+        SamplingParams(1.2, 0, 1.0, 0.02),
+        SamplingParams(1.0, 300, 1.0, 0.0),
+    ],
+    ids=str,
+)
+def test_final_dist_is_the_definition_at_wide_vocabularies(vocab: int, params: SamplingParams):
+    for seed in range(3):
+        logits = _logits(vocab, seed)
+        np.testing.assert_allclose(distribution(logits, params), _reference(logits, params), rtol=2e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("vocab", (1000, *WIDE))
+def test_top_ids_are_the_largest_in_order(vocab: int):
+    from localspec.sampling import top_ids
+
+    for seed, n in ((0, 1), (1, 4), (2, 40), (3, 500)):
+        logits = _logits(vocab, seed)
+        np.testing.assert_array_equal(top_ids(logits, n), np.argsort(-logits, kind="stable")[:n])
+
+
+@pytest.mark.parametrize("vocab", WIDE)
+@pytest.mark.parametrize("top", [30.0, 12.0, 3.0, 0.0])  # very sure ... no token above the bulk
+def test_top_token_is_the_argmax_and_its_probability(vocab: int, top: float):
+    from localspec.sampling import top_token
+
+    for seed in range(3):
+        logits = _logits(vocab, seed, top)
+        token, p = top_token(logits)
+        x = logits.astype(np.float64)
+        assert token == int(np.argmax(logits))
+        assert p == pytest.approx(1.0 / np.exp(x - x.max()).sum(), rel=0.03)
+
+
+def test_the_wide_paths_copy_no_row_of_the_vocabulary():
+    """What a drafted or verified token costs at 262k with a sure draft and llama.cpp's default
+    filters: not even a float32 copy of the logits."""
+    import tracemalloc
+
+    from localspec.sampling import final_dist, top_token
+
+    logits = _logits(262144, 0, top=30.0)
+    tracemalloc.start()
+    top_token(logits)
+    final_dist(logits, SamplingParams(0.8, 40, 0.95, 0.05))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 262144 * 4, peak
+
+
+@pytest.mark.parametrize("vocab", [6, 262144])
+def test_sparse_rule_emits_the_target_distribution(vocab: int):
+    """p and q over supports that overlap only in part, at a toy and at a real width: the emitted
+    tokens follow p, and never leave its support."""
+    from localspec.sampling import Dist
+
+    ids = np.array([3, 4, 5]) if vocab == 6 else np.array([7, 100_000, 262_000])
+    p = Dist(np.array([0, *ids]), np.array([0.1, 0.3, 0.4, 0.2]))
+    q = Dist(np.array([1, ids[0], ids[2]]), np.array([0.5, 0.2, 0.3]))
+    rng = np.random.default_rng(4)
+    n = 30000
+    counts: Counter = Counter()
+    for _ in range(n):
+        _, token = accept_draft_token(p, q, sample(q, rng), rng)
+        counts[token] += 1
+    assert set(counts) <= {0, *ids.tolist()}
+    observed = [counts[t] for t in (0, *ids.tolist())]
+    assert stats.chisquare(observed, n * p.probs).pvalue > P_VALUE_FLOOR
+
+
+def test_full_support_target_with_a_sparse_draft_emits_the_target_distribution():
+    from localspec.sampling import Dist, final_dist
+
+    logits = _logits(262144, 5, top=6.0)
+    p = final_dist(logits, SamplingParams(1.0, 0, 1.0, 0.0))
+    assert p.ids is None and p.probs.dtype == np.float32
+    top = np.argsort(-logits)[:3]
+    q = Dist(np.sort(top), np.array([0.5, 0.3, 0.2]))
+    rng = np.random.default_rng(6)
+    n = 8000
+    tokens = np.array([accept_draft_token(p, q, sample(q, rng), rng)[1] for _ in range(n)])
+    # The three drafted tokens one by one, everything else pooled.
+    observed = [int(np.sum(tokens == t)) for t in top]
+    expected = [float(p.probs[t]) * n for t in top]
+    observed.append(n - sum(observed))
+    expected.append(n - sum(expected))
+    assert stats.chisquare(observed, expected).pvalue > P_VALUE_FLOOR

@@ -49,6 +49,10 @@ class TinySpec:
     # Extra tokens after the shared vocabulary, with rows of their own (so, unlike real padding,
     # likely enough to be sampled) and the shared rows unchanged.
     pad: int = 0
+    # > 0: the padding rows' logits sit about this far below the shared rows' (every embedding
+    # carries a constant channel that their output rows point against), as a real model's bulk of
+    # unlikely tokens does; their mass then stays small however many they are.
+    pad_below: float = 0.0
     claimed_layers: int | None = None  # a header that says more (or fewer) layers than the tensors hold
 
 
@@ -77,11 +81,21 @@ def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
     return w
 
 
+CHANNEL = 8.0  # pad_below's constant embedding channel
+
+
 def _pad_rows(weights: dict[str, np.ndarray], spec: TinySpec) -> None:
     rng = np.random.default_rng(10_000 + spec.seed)
     for name, scale in (("token_embd.weight", 1.0), ("output.weight", spec.logit_scale)):
         extra = (rng.standard_normal((spec.pad, spec.n_embd)) * scale).astype(np.float32)
         weights[name] = np.concatenate([weights[name], extra])
+    if spec.pad_below:
+        weights["token_embd.weight"][:, 0] = CHANNEL
+        out = weights["output.weight"]
+        out[:, 0] = 0.0
+        out[-spec.pad :] *= 0.1
+        channel_after_norm = CHANNEL * np.sqrt(spec.n_embd / (CHANNEL**2 + spec.n_embd))
+        out[-spec.pad :, 0] = -spec.pad_below / channel_after_norm
 
 
 def write_tiny_llama(path: Path, spec: TinySpec) -> Path:

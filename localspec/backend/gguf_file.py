@@ -1,19 +1,91 @@
 """Checks that a file is a complete GGUF before llama.cpp sees it: a malformed file can hit a
-GGML_ASSERT inside llama.cpp, which kills the process instead of raising."""
+GGML_ASSERT inside llama.cpp, which kills the process instead of raising.
+
+Only what the checks need is read, from a memory map: the header, every key with its value
+(arrays skipped over by their length), the tensor infos. A vocabulary is a string array of up to
+262k entries, each prefixed by its length, and walking it entry by entry in Python is what made
+loading a wide-vocabulary model take minutes (`gguf.GGUFReader` builds a numpy view per entry), so
+string arrays are walked in vectorised form (`_string_array`)."""
 
 from __future__ import annotations
 
+import math
 import re
+import struct
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from localspec.errors import LocalspecError
 
 GGUF_MAGIC = b"GGUF"
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$")
+BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
+DEFAULT_ALIGNMENT = 32
+
+# GGUF value types: the struct format of each fixed-size one (8: string, 9: array).
+_SCALARS = {k: struct.Struct(f) for k, f in {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}.items()}
+_U32, _U64 = _SCALARS[4], _SCALARS[10]
+_STRING, _ARRAY = 8, 9
+_SHORT_ARRAY = 64  # arrays up to this long are decoded (hyper-parameters per layer); longer ones only located
 
 
-def check_gguf(path: Path, role: str = "model") -> None:
-    """Raise LocalspecError unless `path` (and every split that belongs to it) is a readable GGUF."""
+class _Corrupt(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class StringArray:
+    """A GGUF string array in place: where each entry's bytes lie in the file."""
+
+    data: np.ndarray  # the whole file's bytes (a memory map)
+    starts: np.ndarray  # the offset of each entry's text
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def encoded(self, first: int, last: int) -> bytes:
+        """Entries first..last-1 as the file holds them (each after its 8-byte length)."""
+        if first >= last:
+            return b""
+        return self.data[self.starts[first] - 8 : self.starts[last - 1] + self.lengths[last - 1]].tobytes()
+
+    def text(self, i: int) -> bytes:
+        return self.data[self.starts[i] : self.starts[i] + self.lengths[i]].tobytes()
+
+    def joined(self, separator: int = 0) -> bytes:
+        """Every entry followed by `separator`, concatenated."""
+        lengths = self.lengths
+        owner = np.repeat(np.arange(len(self), dtype=np.int64), lengths)  # the entry of each text byte
+        byte = np.arange(len(owner), dtype=np.int64)  # its place among all the texts' bytes
+        out = np.full(len(owner) + len(self), separator, dtype=np.uint8)
+        out[byte + owner] = self.data[byte + np.repeat(self.starts - (np.cumsum(lengths) - lengths), lengths)]
+        return out.tobytes()
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    offset: int  # from the file's start
+    n_bytes: int
+
+
+@dataclass
+class GGUFInfo:
+    path: Path
+    fields: dict[str, object]  # scalars, strings and short arrays decoded; long arrays: a StringArray or their length
+    tensors: list[TensorInfo]
+
+    def tokens(self) -> StringArray | None:
+        tokens = self.fields.get("tokenizer.ggml.tokens")
+        return tokens if isinstance(tokens, StringArray) else None
+
+
+def check_gguf(path: Path, role: str = "model") -> GGUFInfo:
+    """Raise LocalspecError unless `path` (and every split that belongs to it) is a readable GGUF;
+    return what the first part says."""
     if not path.exists():
         raise LocalspecError(f"{role} file not found: {path}")
     if not path.is_file():
@@ -22,8 +94,9 @@ def check_gguf(path: Path, role: str = "model") -> None:
     if m and int(m["idx"]) > 1:
         first = path.with_name(f"{m['stem']}-00001-of-{m['total']}.gguf")
         raise LocalspecError(f"{path.name} is part {int(m['idx'])} of a split {role}: pass the first part, {first}")
-    readers = [_check_one(part, role) for part in split_parts(path)]
-    _check_blocks(readers, path, role)
+    parts = [_check_one(part, role) for part in split_parts(path)]
+    _check_blocks(parts, path, role)
+    return parts[0]
 
 
 def split_parts(path: Path) -> list[Path]:
@@ -34,43 +107,150 @@ def split_parts(path: Path) -> list[Path]:
     return [path.with_name(f"{m['stem']}-{i:05d}-of-{total:05d}.gguf") for i in range(1, total + 1)]
 
 
-def _check_one(path: Path, role: str):  # -> gguf.GGUFReader
-    import gguf
-
+def _check_one(path: Path, role: str) -> GGUFInfo:
     if not path.exists():
         raise LocalspecError(f"{role} split file missing: {path}")
     try:
         with path.open("rb") as f:
             magic = f.read(4)
+        if magic != GGUF_MAGIC:
+            raise LocalspecError(f"{role} file is not a GGUF file: {path}")
+        data = np.memmap(path, dtype=np.uint8, mode="r")
     except OSError as e:
         raise LocalspecError(f"cannot read {role} file {path}: {e.strerror}") from None
-    if magic != GGUF_MAGIC:
-        raise LocalspecError(f"{role} file is not a GGUF file: {path}")
     try:
-        reader = gguf.GGUFReader(str(path))
-    except Exception as e:  # the reader raises many kinds of errors on malformed files
-        raise LocalspecError(f"{role} file is corrupt or truncated: {path} ({type(e).__name__})") from None
-    size = path.stat().st_size
-    for t in reader.tensors:
-        if t.data_offset + t.n_bytes > size:
+        info = _Reader(data).read(path)
+    except (_Corrupt, struct.error, ValueError, KeyError, OverflowError, UnicodeDecodeError, RecursionError):
+        raise LocalspecError(f"{role} file is corrupt or truncated: {path}") from None
+    for t in info.tensors:
+        if t.offset + t.n_bytes > len(data):
             raise LocalspecError(f"{role} file is truncated: {path} (tensor {t.name} ends past the end of file)")
-    if not reader.tensors and "general.architecture" not in reader.fields:
+    if not info.tensors and "general.architecture" not in info.fields:
         raise LocalspecError(f"{role} file holds no model: {path}")
-    return reader
+    return info
 
 
-BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
+class _Reader:
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self.pos = 4
+
+    def _take(self, kind: struct.Struct) -> int:
+        if self.pos + kind.size > len(self.data):
+            raise _Corrupt
+        (value,) = kind.unpack_from(self.data, self.pos)
+        self.pos += kind.size
+        return value
+
+    def _string(self) -> str:
+        n = self._take(_U64)
+        if self.pos + n > len(self.data):
+            raise _Corrupt
+        text = self.data[self.pos : self.pos + n].tobytes().decode("utf-8")
+        self.pos += n
+        return text
+
+    def _value(self, kind: int) -> object:
+        if kind == _STRING:
+            return self._string()
+        if kind == _ARRAY:
+            return self._array()
+        if kind not in _SCALARS:
+            raise _Corrupt
+        return self._take(_SCALARS[kind])
+
+    def _array(self) -> object:
+        kind, n = self._take(_U32), self._take(_U64)
+        if n <= _SHORT_ARRAY:
+            return [self._value(kind) for _ in range(n)]
+        if kind == _STRING:
+            strings, self.pos = _string_array(self.data, self.pos, n)
+            return strings
+        if kind not in _SCALARS:
+            raise _Corrupt  # arrays of arrays: no model has a long one
+        self.pos += n * _SCALARS[kind].size
+        if self.pos > len(self.data):
+            raise _Corrupt
+        return n
+
+    def read(self, path: Path) -> GGUFInfo:
+        from gguf.constants import GGML_QUANT_SIZES
+
+        sizes = {int(kind): size for kind, size in GGML_QUANT_SIZES.items()}  # type -> (block, bytes)
+        if self._take(_U32) not in (2, 3):
+            raise _Corrupt
+        n_tensors, n_kv = self._take(_U64), self._take(_U64)
+        if n_tensors > len(self.data) or n_kv > len(self.data):
+            raise _Corrupt
+        fields: dict[str, object] = {}
+        for _ in range(n_kv):
+            key = self._string()
+            fields[key] = self._value(self._take(_U32))
+        infos = []
+        for _ in range(n_tensors):
+            name = self._string()
+            n_dims = self._take(_U32)
+            if n_dims > 8:
+                raise _Corrupt
+            elements = math.prod(self._take(_U64) for _ in range(n_dims))
+            block, size = sizes[self._take(_U32)]
+            infos.append((name, self._take(_U64), elements // block * size))
+        alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0:
+            raise _Corrupt
+        start = -(-self.pos // alignment) * alignment
+        return GGUFInfo(path, fields, [TensorInfo(name, start + offset, n_bytes) for name, offset, n_bytes in infos])
 
 
-def _check_blocks(readers: list, path: Path, role: str) -> None:
+def _string_array(data: np.ndarray, pos: int, n: int) -> tuple[StringArray, int]:
+    """The n strings from `pos` on, and where they end.
+
+    Each entry is an 8-byte little-endian length, then that many bytes. Token texts hold no zero
+    bytes, so a length field of 1..255 is the only place where a non-zero byte is followed by seven
+    zeros: every such place is a candidate entry, and a run of candidates each of which ends where
+    the next begins is verified link by link from a known start. Entries that break a run (an
+    empty or a long text) are stepped over one at a time."""
+    starts = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    size, done, first = len(data), 0, pos
+    while done < n:
+        per_entry = (pos - first) / done if done else 16.0  # bytes an entry took so far
+        window = data[pos : min(size, pos + (1 << 16) + int((n - done) * per_entry * 1.25))]
+        if len(window) < 8:
+            raise _Corrupt
+        zero = window == 0
+        two = zero[:-1] & zero[1:]
+        four = two[:-2] & two[2:]
+        seven = four[:-3] & four[3:]  # zeros at j..j+6
+        cand = np.flatnonzero(~zero[: len(seven) - 1] & seven[1:]) + pos
+        ends = cand + 8 + data[cand]
+        breaks = np.flatnonzero(np.append(ends[:-1] != cand[1:], True))
+        limit = pos + len(window) - 8  # a length field starting later is not wholly in the window
+        while done < n and pos <= limit:
+            k = int(np.searchsorted(cand, pos))
+            if k < len(cand) and cand[k] == pos:
+                last = min(int(breaks[np.searchsorted(breaks, k)]), k + n - done - 1)
+                count = last + 1 - k
+                starts[done : done + count] = cand[k : last + 1] + 8
+                lengths[done : done + count] = ends[k : last + 1] - cand[k : last + 1] - 8
+                done, pos = done + count, int(ends[last])
+            else:
+                (length,) = struct.unpack_from("<Q", data, pos)
+                starts[done], lengths[done] = pos + 8, length
+                done, pos = done + 1, pos + 8 + length
+            if pos > size:
+                raise _Corrupt
+    return StringArray(data, starts, lengths), pos
+
+
+def _check_blocks(parts: list[GGUFInfo], path: Path, role: str) -> None:
     """llama.cpp asserts (and aborts) when the header claims layers whose tensors are missing."""
-    arch = readers[0].fields.get("general.architecture")
-    if arch is None:
+    arch = parts[0].fields.get("general.architecture")
+    if not isinstance(arch, str):
         return
-    claimed = readers[0].fields.get(f"{arch.contents()}.block_count")
-    if claimed is None:
+    claimed = parts[0].fields.get(f"{arch}.block_count")
+    if not isinstance(claimed, int):
         return
-    present = {int(m[1]) for r in readers for t in r.tensors if (m := BLOCK_RE.match(t.name))}
-    n = int(claimed.contents())
-    if present and not set(range(n)) <= present:
-        raise LocalspecError(f"{role} file is inconsistent: {path} (its header says {n} layers, its tensors hold {len(present)})")
+    present = {int(m[1]) for part in parts for t in part.tensors if (m := BLOCK_RE.match(t.name))}
+    if present and not set(range(claimed)) <= present:
+        raise LocalspecError(f"{role} file is inconsistent: {path} (its header says {claimed} layers, its tensors hold {len(present)})")

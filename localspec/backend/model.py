@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
@@ -79,6 +81,7 @@ class Model:
         cparams.abort_callback = self._abort_cb
         self._watching = True
         self.passes = 0  # llama_decode calls so far: what a drafter's call is costed by
+        self.busy_s = 0.0  # seconds inside them (on a CPU, a pass is done when its call returns)
         self.timer = PassTimer()  # passes up to their logits, for the RPC watchdog
         if self.recurrent:
             cparams.n_rs_seq = options.rollback_snapshots
@@ -91,11 +94,18 @@ class Model:
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
         self.cached: list[int] = []
         # A recurrent state cannot be cut back to a shared prefix: it keeps nothing.
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
+        self.threads = options.n_threads
+
+    def set_threads(self, n: int) -> None:
+        """Run later passes (generation and prompt alike) on n threads."""
+        llama_cpp.llama_set_n_threads(self.ctx, n, n)
+        self.threads = n
 
     # --- tokens and text -------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
@@ -164,8 +174,8 @@ class Model:
             chunk = tokens[start : start + step]
             self._decode_chunk(chunk, all_logits, want_last=start + step >= len(tokens))
         if all_logits:
-            return self._logits_rows(len(tokens))
-        return self._logits_rows(1, first=-1)
+            return self.logits.rows(len(tokens))
+        return self.logits.rows(1, first=-1)
 
     def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
         batch = self._batch
@@ -199,19 +209,10 @@ class Model:
             cb = self._abort_cb if watch else ctypes.cast(None, llama_cpp.ggml_abort_callback)
             llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
             self._watching = watch
-        return llama_cpp.llama_decode(self.ctx, self._batch)
-
-    def _logits_rows(self, rows: int, first: int = 0) -> np.ndarray:
-        ptr = llama_cpp.llama_get_logits_ith(self.ctx, first)
-        if not ptr:
-            raise LocalspecError(f"llama.cpp returned no logits for {self.path.name}")
-        view = np.ctypeslib.as_array(ptr, shape=(rows, self.n_vocab))
-        if rows > 1:
-            last = llama_cpp.llama_get_logits_ith(self.ctx, first + rows - 1)
-            if ctypes.addressof(last.contents) != view[-1].ctypes.data:
-                # llama.cpp reordered its outputs: gather the rows (a copy, but correct).
-                return np.stack([self._logits_rows(1, first + i)[0] for i in range(rows)])
-        return view
+        start = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        self.busy_s += time.perf_counter() - start
+        return rc
 
     # --- several sequences (tree drafting) ---------------------------------------------------
     def decode_tree(
@@ -241,7 +242,7 @@ class Model:
             raise DecodeAborted()
         if rc != 0:
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
-        return self._logits_rows(len(tokens))
+        return self.logits.rows(len(tokens))
 
     def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
         llama_cpp.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
@@ -280,7 +281,7 @@ class Model:
     def sync(self, tokens: Sequence[int]) -> np.ndarray:
         """prefill(), then the logits after the last token."""
         self.prefill(tokens, reevaluate_last=True)
-        return self._logits_rows(1, first=-1)[0]
+        return self.logits.rows(1, first=-1)[0]
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -1,70 +1,71 @@
 """Vocabularies: tokenizing, target/draft compatibility by llama.cpp's rule (common/speculative.cpp),
-and a digest of what token ids mean."""
+and a digest of what token ids mean.
+
+Token texts are compared and digested as the GGUF files hold them (backend/gguf_file.py), in
+vectorised form and before any weights load; what llama.cpp derives from them (BOS/EOS handling)
+is compared on the loaded vocabularies."""
 
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 import llama_cpp
+import numpy as np
 
-from localspec.backend.logs import silence_llama_logs
-from localspec.backend.weights import load_weights
+from localspec.backend.gguf_file import GGUFInfo, StringArray
 from localspec.errors import LocalspecError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
 FIRST_CHECKED_TOKEN = 5  # ids below are special tokens that families number differently
 
 
-class VocabModel:
-    """A model loaded with vocab_only=True: the tokenizer without any weights."""
-
-    def __init__(self, path: Path, verbose: bool = False) -> None:
-        silence_llama_logs(verbose)
-        llama_cpp.llama_backend_init()
-        self.path = path
-        self.model = load_weights(path, 0, vocab_only=True)
-        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
-
-    def close(self) -> None:
-        if self.model:
-            llama_cpp.llama_model_free(self.model)
-            self.model = None
-
-    def __enter__(self) -> VocabModel:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def _mismatch(target: GGUFInfo, draft: GGUFInfo) -> str:
+    return f"draft {draft.path.name} does not share the vocabulary of target {target.path.name}"
 
 
-def check_compatible(target: VocabModel, draft: VocabModel) -> None:
-    """Raise LocalspecError when draft tokens cannot be fed to the target as they are."""
-    vt, vd = target.vocab, draft.vocab
-    what = f"draft {draft.path.name} does not share the vocabulary of target {target.path.name}"
-    if llama_cpp.llama_vocab_type(vt) != llama_cpp.llama_vocab_type(vd):
+def _tokens(info: GGUFInfo, what: str) -> StringArray:
+    tokens = info.tokens()
+    if tokens is None:
+        raise LocalspecError(f"{what}: {info.path.name} holds no token list")
+    return tokens
+
+
+def check_token_texts(target: GGUFInfo, draft: GGUFInfo) -> None:
+    """Raise LocalspecError when the draft's token ids do not mean what the target's do."""
+    what = _mismatch(target, draft)
+    if target.fields.get("tokenizer.ggml.model") != draft.fields.get("tokenizer.ggml.model"):
         raise LocalspecError(f"{what}: different tokenizer types")
+    tt, td = _tokens(target, what), _tokens(draft, what)
+    if abs(len(tt) - len(td)) > MAX_VOCAB_SIZE_DIFFERENCE:
+        raise LocalspecError(f"{what}: vocabulary sizes {len(tt)} and {len(td)} differ by more than {MAX_VOCAB_SIZE_DIFFERENCE}")
+    n = min(len(tt), len(td))
+    a, b = tt.encoded(FIRST_CHECKED_TOKEN, n), td.encoded(FIRST_CHECKED_TOKEN, n)
+    if a == b:
+        return
+    # Up to the first byte that differs both files hold the same entries: that byte's entry is the first that differs.
+    common = min(len(a), len(b))
+    at = int(np.argmax(np.frombuffer(a, np.uint8, common) != np.frombuffer(b, np.uint8, common))) if common else 0
+    fields = tt.starts[FIRST_CHECKED_TOKEN:n] - 8 - (tt.starts[FIRST_CHECKED_TOKEN] - 8)
+    i = FIRST_CHECKED_TOKEN + int(np.searchsorted(fields, at, side="right")) - 1
+    ta, tb = tt.text(i).decode("utf-8", "replace"), td.text(i).decode("utf-8", "replace")
+    raise LocalspecError(f"{what}: token {i} is {ta!r} in the target but {tb!r} in the draft")
+
+
+def check_special_tokens(target: GGUFInfo, draft: GGUFInfo, vt: object, vd: object) -> None:
+    """The loaded vocabularies `vt`, `vd` (of `target`, `draft`) add and number BOS and EOS alike."""
     for name, flag, token in (
         ("BOS", llama_cpp.llama_vocab_get_add_bos, llama_cpp.llama_vocab_bos),
         ("EOS", llama_cpp.llama_vocab_get_add_eos, llama_cpp.llama_vocab_eos),
     ):
         if flag(vt) != flag(vd) or (flag(vt) and token(vt) != token(vd)):
-            raise LocalspecError(f"{what}: different {name} handling")
-    n_t, n_d = llama_cpp.llama_vocab_n_tokens(vt), llama_cpp.llama_vocab_n_tokens(vd)
-    if abs(n_t - n_d) > MAX_VOCAB_SIZE_DIFFERENCE:
-        raise LocalspecError(f"{what}: vocabulary sizes {n_t} and {n_d} differ by more than {MAX_VOCAB_SIZE_DIFFERENCE}")
-    for i in range(FIRST_CHECKED_TOKEN, min(n_t, n_d)):
-        a, b = llama_cpp.llama_vocab_get_text(vt, i), llama_cpp.llama_vocab_get_text(vd, i)
-        if a != b:
-            ta, tb = a.decode("utf-8", "replace"), b.decode("utf-8", "replace")
-            raise LocalspecError(f"{what}: token {i} is {ta!r} in the target but {tb!r} in the draft")
+            raise LocalspecError(f"{_mismatch(target, draft)}: different {name} handling")
 
 
-def vocab_digest(vocab: object, n_vocab: int) -> str:
+def vocab_digest(info: GGUFInfo) -> str:
     """A digest of a vocabulary's token texts: what a model's cached token ids are valid for."""
-    h = hashlib.sha256(str(n_vocab).encode())
-    for i in range(n_vocab):
-        h.update(llama_cpp.llama_vocab_get_text(vocab, i) + b"\0")
+    tokens = _tokens(info, "no digest")
+    h = hashlib.sha256(str(len(tokens)).encode())
+    h.update(tokens.joined(0))
     return h.hexdigest()[:24]
 
 

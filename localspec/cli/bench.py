@@ -76,6 +76,9 @@ def bench(
         clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
         selected = load_prompts(prompts, category or (), limit)
         target, draft_model = load_models(files, settings, threading.Event(), verbose)
+        if isinstance(clock, SimulatedClock):
+            models = [m for m in (target, draft_model) if m is not None]
+            clock.inside = lambda: sum(m.busy_s for m in models)
         try:
             bench_modes = make_modes(chosen, target, draft_model, settings)
             total = len(selected) * len(chosen) * repeat

@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from localspec import defaults
-from localspec.sampling import Coupling, SamplingParams
+from localspec.sampling import Coupling, Dist, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Draft:
     tokens: list[int] = field(default_factory=list)
     # The distribution each token was sampled from, when the drafter samples; None marks
     # deterministic proposals, which the target verifies as one-hot drafts.
-    probs: list[np.ndarray] | None = None
+    probs: list[Dist] | None = None
     source: str = ""
     # For a draft tree: each token's parent (an earlier index, or -1 for the context's last token).
     # None means a chain, each token following the one before.

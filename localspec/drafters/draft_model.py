@@ -9,7 +9,7 @@ import numpy as np
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import Coupling, SamplingParams, distribution, max_prob, sample
+from localspec.sampling import Coupling, SamplingParams, final_dist, sample, top_token
 
 
 class DraftModelDrafter:
@@ -50,16 +50,17 @@ class DraftModelDrafter:
         logits = self.view.sync(context)
         path_p = 1.0
         for n in range(1, max_tokens + 1):
-            q = None if params.greedy or (one_hot and coupled is None) else distribution(logits, params)
-            confidence = max_prob(logits) if q is None else float(q.max())
+            q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
+            if q is None:
+                token, confidence = top_token(logits)
+            else:
+                confidence = q.top()
             if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.name, confidence)
             if not budget.keep(self.name, path_p, n):
                 break
-            if q is None:
-                token = int(np.argmax(logits))
-            else:
+            if q is not None:
                 token = coupled.choose(q, len(context) + n - 1) if coupled else sample(q, rng)
             draft.tokens.append(token)
             draft.confidences.append(confidence)  # type: ignore[union-attr]

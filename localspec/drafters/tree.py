@@ -21,28 +21,16 @@ import numpy as np
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import Coupling, SamplingParams, distribution, softmax
+from localspec.sampling import Coupling, SamplingParams, final_dist, top_ids, top_token
 
 
 @dataclass
 class _Branch:
     seq: int
     last: int  # the branch's newest node (-1: none yet)
-    probs: np.ndarray  # draft probabilities for the branch's next token
+    order: np.ndarray  # the candidates for the branch's next token, best first
+    probs: np.ndarray  # their draft probabilities (plain softmax)
     path_p: float = 1.0  # the chance that everything up to the branch's newest node is accepted
-    lead: int | None = None  # --verify coupled: the branch's coupled choice, its first candidate
-
-
-def _probs(logits: np.ndarray) -> np.ndarray:
-    return softmax(np.asarray(logits, dtype=np.float64))
-
-
-def _top(probs: np.ndarray, n: int) -> np.ndarray:
-    """Indices of the n most probable tokens, most probable first (without sorting the vocabulary)."""
-    if n < len(probs):
-        part = np.argpartition(-probs, n)[:n]
-        return part[np.argsort(-probs[part], kind="stable")]
-    return np.argsort(-probs, kind="stable")
 
 
 class TreeDrafter:
@@ -61,10 +49,17 @@ class TreeDrafter:
         self.settings, self.coupling = settings, coupling
         self.view.begin(context)
 
-    def _lead(self, logits: np.ndarray, params: SamplingParams, position: int) -> int | None:
-        if self.coupling is None or params.greedy:
-            return None
-        return self.coupling.choose(distribution(logits, params), position)
+    def _candidates(self, logits: np.ndarray, params: SamplingParams, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """The draft's top candidates at one position, best first (under --verify coupled its
+        coupled choice first), with their plain-softmax probabilities."""
+        top, p_top = top_token(logits)
+        order = top_ids(logits, self.branches)
+        if self.coupling is not None and not params.greedy:
+            lead = self.coupling.choose(final_dist(logits, params), position)
+            order = np.array([lead, *(t for t in order if t != lead)][: self.branches])
+        # Every probability from top_token's normaliser: p(t) = p(top) * exp(logit(t) - logit(top)).
+        probs = p_top * np.exp(logits[order].astype(np.float64) - float(logits[top]))
+        return order, probs
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
@@ -78,7 +73,7 @@ class TreeDrafter:
         model = self.model
         passes = model.passes
         first = self.view.sync(context)
-        live = [_Branch(0, -1, _probs(first), lead=self._lead(first, params, len(context)))]
+        live = [_Branch(0, -1, *self._candidates(first, params, len(context)))]
         depth = 0
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
@@ -87,13 +82,10 @@ class TreeDrafter:
             while live and len(draft.tokens) < limit:
                 grown: list[_Branch] = []
                 for br in live:
-                    order = _top(br.probs, self.branches)
-                    if br.lead is not None:
-                        order = np.array([br.lead, *(t for t in order if t != br.lead)][: self.branches])
-                    if len(draft.tokens) >= budget.floor and br.probs[order[0]] < self.settings.p_min:
+                    if len(draft.tokens) >= budget.floor and br.probs[0] < self.settings.p_min:
                         continue  # this branch is too unsure to go on
-                    for rank, cand in enumerate(order):
-                        confidence = float(br.probs[cand])
+                    for rank, cand in enumerate(br.order):
+                        confidence = float(br.probs[rank])
                         if len(draft.tokens) >= limit or (rank and (confidence <= self.settings.p_split or n_seqs >= self.branches)):
                             break
                         # A side candidate is the target's choice only where the top one is not:
@@ -109,7 +101,7 @@ class TreeDrafter:
                         draft.tokens.append(int(cand))
                         draft.parents.append(br.last)  # type: ignore[union-attr]
                         draft.confidences.append(confidence)  # type: ignore[union-attr]
-                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.probs, path_p))
+                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.order, br.probs, path_p))
                 grown = [b for b in grown if budget.extend(self.name, b.path_p, len(draft.tokens))]
                 if not grown:
                     break  # the last round's tokens need no evaluation
@@ -119,8 +111,7 @@ class TreeDrafter:
                 logits = self.view.fit(logits)
                 depth += 1
                 for i, b in enumerate(grown):
-                    b.probs = _probs(logits[i])
-                    b.lead = self._lead(logits[i], params, len(context) + depth)
+                    b.order, b.probs = self._candidates(logits[i], params, len(context) + depth)
                     if b.seq == 0:
                         main_path.append(draft.tokens[b.last])
                 live = grown

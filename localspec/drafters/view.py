@@ -22,7 +22,7 @@ from localspec.backend.model import Model
 class DraftView:
     def __init__(self, model: Model, target_vocab: int | None = None) -> None:
         self.model = model
-        self.n_vocab = target_vocab or model.n_vocab  # the width of every row handed to the verifier
+        self.n_vocab = target_vocab or model.n_vocab  # the target's: no row handed to the verifier is wider
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
 
@@ -51,14 +51,6 @@ class DraftView:
         return self.fit(self.model.sync(self.tokens))
 
     def fit(self, logits: np.ndarray) -> np.ndarray:
-        """Draft logits (one row or several) over the target's vocabulary: ids the target lacks are
-        cut off, ids the draft lacks get -inf, so that every distribution made from them gives
-        them q = 0."""
-        width = logits.shape[-1]
-        if width == self.n_vocab:
-            return logits
-        if width > self.n_vocab:
-            return logits[..., : self.n_vocab]
-        out = np.full((*logits.shape[:-1], self.n_vocab), -np.inf, dtype=np.float32)
-        out[..., :width] = logits
-        return out
+        """Draft logits (one row or several) cut to the target's vocabulary. A draft with fewer ids
+        keeps its own width: every distribution made from its logits gives the ids it lacks q = 0."""
+        return logits[..., : self.n_vocab]

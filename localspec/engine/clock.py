@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -71,21 +72,40 @@ class CostProfile(Protocol):
 
 @dataclass
 class SimulatedClock:
+    """With `inside` (the real seconds spent in llama.cpp so far), the real time spent outside it
+    during a generation is charged as well: on a simulated GPU, where a pass takes milliseconds,
+    the engine's own work per token is what decides. Without it (the tests) the clock is the
+    profile's alone, and deterministic."""
+
     profile: CostProfile
     t: float = 0.0
     origin: float = 0.0  # when the current generation began
+    inside: Callable[[], float] | None = None
+    _marks: tuple[float, float] = (0.0, 0.0)  # real time and time inside llama.cpp when last charged
+
+    def _outside(self) -> float:
+        if self.inside is None:
+            return 0.0
+        real, inside = time.perf_counter(), self.inside()
+        spent = (real - self._marks[0]) - (inside - self._marks[1])
+        self._marks = (real, inside)
+        return max(spent, 0.0)
 
     def now(self) -> float:
+        self.t += self._outside()
         return self.t
 
     def begin(self) -> None:
+        self._outside()
         self.origin = self.t
 
     def _charge(self, seconds: float) -> float:
+        seconds += self._outside()
         self.t += seconds
         return seconds
 
     def prompt(self, tokens: int, measured: float) -> float:
+        self._outside()  # rendering and tokenizing a prompt is no part of a step
         return self._charge(self.profile.verify(tokens, 0, self.t - self.origin) if tokens else 0.0)
 
     def verify(self, batch: int, context: int, measured: float) -> float:

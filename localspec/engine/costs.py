@@ -175,6 +175,10 @@ class LiveCosts:
         passes = self._passes
         return (passes.level or 1.0) * passes.relative(batch)
 
+    def relative(self, batch: int) -> float:
+        """What a target pass over `batch` tokens costs relative to a one-token pass."""
+        return self._passes.relative(batch)
+
     def draft(self, source: str, passes: int) -> float:
         """Seconds for a call to `source` that runs `passes` draft-model passes."""
         fit = self.drafts.get(source)

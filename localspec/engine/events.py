@@ -66,6 +66,11 @@ class GenerationStats:
     # What the target alone would reach, from its one-token passes timed in this engine's plain
     # steps (0 when it ran none): the yardstick for whether speculation helped.
     target_alone_tps: float = 0.0
+    # The target's threads: at the end, the fewest it ran on (fewer while the machine was busy),
+    # and the count it was given.
+    threads: int = 0
+    threads_fewest: int = 0
+    threads_default: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -111,6 +116,9 @@ class GenerationStats:
             "draft_mode": self.draft_mode,
             "costs_ms": self.costs_ms,
             "target_alone_tokens_per_second": round(self.target_alone_tps, 3),
+            "threads": self.threads,
+            "threads_fewest": self.threads_fewest,
+            "threads_default": self.threads_default,
             "notes": self.notes,
             "drafters": {k: asdict(v) for k, v in self.drafters.items()},
         }

@@ -30,9 +30,10 @@ from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, PromptEvent, StepEvent, TokenEvent
 from localspec.engine.text import TextStream
+from localspec.engine.threads import ThreadGovernor
 from localspec.engine.tree import TreeLayout, verify_tree
 from localspec.errors import LocalspecError
-from localspec.sampling import Coupling, SamplingParams, accept_draft_token, distribution, sample
+from localspec.sampling import Coupling, SamplingParams, accept_draft_token, final_dist, sample
 
 
 @dataclass(frozen=True)
@@ -65,22 +66,21 @@ def verify(
     k = len(draft.tokens)
     if coupling is not None and not params.greedy:
         for i in range(k + 1):
-            token = coupling.choose(distribution(logits[i], params), position + i)
+            token = coupling.choose(final_dist(logits[i], params), position + i)
             if i == k or token != draft.tokens[i]:
                 return i, token
     if params.greedy:
-        choices = np.argmax(logits[: k + 1], axis=1)
-        for i, d in enumerate(draft.tokens):
-            if int(choices[i]) != d:
-                return i, int(choices[i])
-        return k, int(choices[k])
+        # Row by row: rows after the first rejection are never read.
+        for i in range(k + 1):
+            token = int(np.argmax(logits[i]))
+            if i == k or token != draft.tokens[i]:
+                return i, token
     for i, d in enumerate(draft.tokens):
-        p = distribution(logits[i], params)
         q = draft.probs[i] if draft.probs is not None else None
-        accepted, token = accept_draft_token(p, q, d, rng)
+        accepted, token = accept_draft_token(final_dist(logits[i], params), q, d, rng)
         if not accepted:
             return i, token
-    return k, sample(distribution(logits[k], params), rng)
+    return k, sample(final_dist(logits[k], params), rng)
 
 
 def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
@@ -110,6 +110,7 @@ class SpeculativeEngine:
         # Costs and acceptance are learned in every step, fixed or auto, and carried from one
         # generation to the next (a chat's replies, bench's prompts).
         self.controller = AutoController()
+        self.governor: ThreadGovernor | None = None  # set where the thread count is the engine's to choose
 
     def generate(
         self,
@@ -135,6 +136,8 @@ class SpeculativeEngine:
         drafter = self.drafter if config.draft_mode != "off" else None
         drafter_name = self.drafter_name if drafter else "none"
         stats = GenerationStats(drafter=drafter_name, n_prompt=len(prompt), draft_mode=config.draft_mode)
+        stats.threads_default = self.governor.most if self.governor else target.threads
+        stats.threads_fewest = target.threads
         controller, clock = self.controller, self.clock
         auto = config.draft_mode == "auto"
         notes_before = len(controller.notes)
@@ -202,8 +205,12 @@ class SpeculativeEngine:
                         target.prefill([*ctx, *draft.tokens[:n_acc]])
                         drafter = None
                         yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
-                verify_s = clock.verify(len(draft.tokens) + 1, len(ctx), time.perf_counter() - wall)
-                controller.costs.observe_verify(len(draft.tokens) + 1, verify_s)
+                width = len(draft.tokens) + 1
+                verify_s = clock.verify(width, len(ctx), time.perf_counter() - wall)
+                if self.governor is not None:
+                    self.governor.observe(controller.costs.verify(width), controller.costs.relative(width), verify_s)
+                    stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
+                controller.costs.observe_verify(width, verify_s)
                 n_acc = len(path)
                 emitted = [*(draft.tokens[i] for i in path), token]
                 if draft.tokens:
@@ -240,6 +247,7 @@ class SpeculativeEngine:
         except DecodeAborted:
             stop_reason = "interrupted"
         stats.elapsed_s = clock.now() - t_gen
+        stats.threads = target.threads
         stats.notes = controller.notes[notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.sampling import Coupling, SamplingParams, distribution, sample
+from localspec.sampling import Coupling, SamplingParams, final_dist, sample
 
 
 @dataclass(frozen=True)
@@ -72,19 +72,19 @@ def verify_tree(
                 choice = int(np.argmax(logits[row]))
             else:
                 depth = layout.depth[row - 1] if row else 0
-                choice = coupling.choose(distribution(logits[row], params), position + depth)
+                choice = coupling.choose(final_dist(logits[row], params), position + depth)
             match = next((k for k in kids if tokens[k] == choice), None)
             if match is None:
                 return path, choice
         else:
-            p = distribution(logits[row], params)
+            p = final_dist(logits[row], params)
             match = None
             for k in kids:
-                total = p.sum()
-                if total > 0 and rng.random() * total < p[tokens[k]]:
+                total = float(p.probs.sum())
+                if total > 0 and rng.random() * total < p.at(tokens[k]):
                     match = k
                     break
-                p[tokens[k]] = 0.0
+                p = p.without(tokens[k])
             if match is None:
                 return path, sample(p, rng)
         path.append(match)

@@ -37,6 +37,8 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
     parts.append(f"prompt {stats.n_prompt} tokens{evaluated} ({stats.prompt_tokens_per_second:.0f} tok/s)")
     if stats.load_s:
         parts.append(f"load {stats.load_s:.2f}s")
+    if stats.threads_fewest < stats.threads_default:
+        parts.append(f"threads {stats.threads_fewest}-{stats.threads_default} (fewer while the machine was busy)")
     parts.append(f"stop: {stop_reason}")
     if stats.draft_mode == "auto" and stats.drafter != "none":
         # What auto did, and why it drafted less than it might have: the last drafter it stopped.

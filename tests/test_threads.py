@@ -1,0 +1,88 @@
+"""The thread governor's decisions, with pass times injected: a machine whose second core is taken
+stalls passes at 2 threads (as llama.cpp's barriers do) and runs them at 1-thread speed on 1."""
+
+from __future__ import annotations
+
+from localspec.engine.costs import LiveCosts
+from localspec.engine.threads import MAX_BACKOFF, PROBE_EVERY, ThreadGovernor
+
+IDLE = {2: 0.10, 1: 0.18}  # seconds of a one-token pass per thread count, idle
+BUSY = {2: 1.50, 1: 0.20}  # and with another process on one core
+
+
+def _run(governor: ThreadGovernor, costs: dict[int, float], passes: int, live: LiveCosts) -> list[int]:
+    """One-token passes as the engine times them: the estimate from the live costs, then the pass
+    folded into them."""
+    counts = []
+    for _ in range(passes):
+        seconds = costs[governor.current]
+        governor.observe(live.verify(1), live.relative(1), seconds)
+        live.observe_verify(1, seconds)
+        counts.append(governor.current)
+    return counts
+
+
+def _governor() -> tuple[ThreadGovernor, list[int], LiveCosts]:
+    """A governor of 2 threads after a few idle passes."""
+    applied: list[int] = []
+    governor, live = ThreadGovernor(2, applied.append), LiveCosts()
+    _run(governor, IDLE, 10, live)
+    return governor, applied, live
+
+
+def test_an_idle_machine_keeps_every_thread():
+    governor, applied, live = _governor()
+    assert set(_run(governor, IDLE, 200, live)) == {2} and applied == []
+
+
+def test_a_busy_core_moves_to_fewer_threads_within_a_few_passes_and_stays():
+    governor, applied, live = _governor()
+    counts = _run(governor, BUSY, 300, live)
+    assert counts[5:].count(1) > 0.9 * len(counts[5:]) and applied[0] == 1
+    first = counts.index(1)
+    assert first <= 3  # two stalled passes, then the trial
+    # Probes of 2 threads while busy cost one stalled pass each, ever rarer.
+    probes = sum(1 for a, b in zip(counts, counts[1:]) if a == 1 and b == 2)
+    assert probes <= 300 // PROBE_EVERY and all(c == 1 for c in counts[-PROBE_EVERY:])
+
+
+def test_an_idle_machine_gets_its_threads_back():
+    governor, _, live = _governor()
+    _run(governor, BUSY, 300, live)
+    assert governor.current == 1
+    counts = _run(governor, IDLE, PROBE_EVERY * MAX_BACKOFF + 20, live)
+    assert counts[-1] == 2 and governor.current == 2
+
+
+def test_fewer_threads_that_are_not_faster_are_given_up():
+    """A slowdown that hits every count alike (the whole machine is slower) keeps the user's count."""
+    governor, _, live = _governor()
+    slow = {2: 0.5, 1: 0.9}
+    counts = _run(governor, slow, 50, live)
+    assert counts[-1] == 2
+
+
+def test_widths_compare_through_their_relative_cost():
+    """A wide pass at its usual relative cost is no stall."""
+    governor, applied, _ = _governor()
+    for _ in range(100):
+        governor.observe(0.33, 3.3, 0.34)
+    assert applied == []
+
+
+def test_one_thread_has_nothing_to_give():
+    applied: list[int] = []
+    governor = ThreadGovernor(1, applied.append)
+    for _ in range(20):
+        governor.observe(0.1, 1.0, 2.0)
+    assert applied == [] and governor.current == 1
+
+
+def test_the_summary_says_when_fewer_threads_ran():
+    from localspec.cli.views.render import summary_line
+    from localspec.engine.events import GenerationStats
+
+    stats = GenerationStats(n_generated=10, elapsed_s=1.0, threads=2, threads_fewest=2, threads_default=2)
+    assert "threads" not in summary_line(stats, "length")
+    stats.threads_fewest = 1
+    assert "threads 1-2 (fewer while the machine was busy)" in summary_line(stats, "length")
