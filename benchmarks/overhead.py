@@ -13,7 +13,7 @@ token and per verified position, beside the mean pass times (Model.busy_s: on a 
 done when its llama_decode returns). The target alone's tokens/s stands
 beside llama-bench's (`-n N -p 0`, same threads) and llama-cpp-python's `create_completion` (whose
 sampling runs in C) on the same model, run in the same minutes. Load: `localspec run`'s load_s
-against `Llama()`'s in a fresh process each, the same file."""
+against `Llama()`'s in a fresh process each, the same file, in alternating order (medians of 3)."""
 
 from __future__ import annotations
 
@@ -80,17 +80,31 @@ def llama_cpp_python(model: Path, tokens: list[int], n: int, threads: int, param
         llm.close()
 
 
-def load_times(target: Path) -> tuple[float, float]:
-    """(localspec run's load_s, Llama()'s), each in a process of its own."""
+def load_times(target: Path, repeat: int = 3) -> tuple[float, float]:
+    """Medians of (localspec run's load_s, Llama()'s), each in a process of its own, in alternating
+    order after one read of the file (whichever ran first would otherwise pay the disk)."""
+    with target.open("rb") as f:
+        while f.read(1 << 24):
+            pass
+    ours, theirs = [], []
+    for i in range(repeat):
+        for first in ((_ours, _theirs) if i % 2 == 0 else (_theirs, _ours)):
+            (ours if first is _ours else theirs).append(first(target))
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def _ours(target: Path) -> float:
     run = subprocess.run(
         [sys.executable, "-m", "localspec", "run", "-m", str(target), "-d", "none", "--no-lookup", "-p", "hi", "-n", "1",
          "--temp", "0", "--json"], capture_output=True, text=True, timeout=900, check=True,
     )
-    ours = json.loads(run.stdout)["stats"]["load_s"]
+    return json.loads(run.stdout)["stats"]["load_s"]
+
+
+def _theirs(target: Path) -> float:
     code = ("import time, sys; from llama_cpp import Llama; t = time.perf_counter(); "
             f"Llama({str(target)!r}, n_ctx=4096, verbose=False); print(time.perf_counter() - t)")
-    theirs = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True).stdout)
-    return ours, theirs
+    return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True).stdout)
 
 
 def main() -> None:
@@ -113,10 +127,9 @@ def main() -> None:
     for width in a.widths.split(","):
         folder = a.testbed / FOLDERS[width]
         target_path, draft_path = folder / a.target, folder / a.draft
-        for r in range(a.repeat):
-            ours_load, theirs_load = load_times(target_path)
-            rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
-            print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
+        ours_load, theirs_load = load_times(target_path)
+        rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
+        print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
         opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
         target, draft = Model(target_path, opts), Model(draft_path, opts)
         drafters = {"none": None, "draft": DraftModelDrafter(draft, target.n_vocab), "ngram": NgramDrafter()}

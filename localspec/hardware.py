@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 
@@ -61,3 +62,32 @@ def default_gpu_layers() -> int:
     from localspec.backend.devices import local_gpus
 
     return -1 if local_gpus() else 0
+
+
+class OtherLoad:
+    """How many cores other processes kept busy since the last reading: the machine's busy time
+    (Linux /proc/stat) less this process's own CPU time. None where that cannot be read."""
+
+    def __init__(self, stat: Path = Path("/proc/stat")) -> None:
+        self.stat = stat
+        self._last = self._read()
+
+    def _read(self) -> tuple[int, int, float] | None:
+        try:
+            ticks = [int(v) for v in self.stat.read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        if len(ticks) < 4:
+            return None
+        idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle and waiting on I/O
+        return sum(ticks), idle, time.process_time()
+
+    def __call__(self) -> float | None:
+        now, last = self._read(), self._last
+        self._last = now
+        if now is None or last is None or now[0] <= last[0]:
+            return None
+        per_second = os.sysconf("SC_CLK_TCK")
+        busy = (now[0] - last[0] - (now[1] - last[1])) / per_second
+        wall = (now[0] - last[0]) / per_second / (os.cpu_count() or 1)
+        return max(busy - (now[2] - last[2]), 0.0) / wall

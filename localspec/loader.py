@@ -28,7 +28,7 @@ from localspec.endpoints import parse_endpoints
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
-from localspec.hardware import default_gpu_layers, physical_cores
+from localspec.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.settings import Settings, proportions
 from localspec.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
 
@@ -221,7 +221,7 @@ def thread_governor(target: Model, draft: Model | None, settings: Settings) -> T
         if draft is not None and settings.draft_threads is None:
             draft.set_threads(n)
 
-    return ThreadGovernor(target.threads, apply)
+    return ThreadGovernor(target.threads, apply, OtherLoad())
 
 
 def load(

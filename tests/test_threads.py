@@ -3,6 +3,8 @@ stalls passes at 2 threads (as llama.cpp's barriers do) and runs them at 1-threa
 
 from __future__ import annotations
 
+import pytest
+
 from localspec.engine.costs import LiveCosts
 from localspec.engine.threads import MAX_BACKOFF, PROBE_EVERY, ThreadGovernor
 
@@ -86,3 +88,47 @@ def test_the_summary_says_when_fewer_threads_ran():
     assert "threads" not in summary_line(stats, "length")
     stats.threads_fewest = 1
     assert "threads 1-2 (fewer while the machine was busy)" in summary_line(stats, "length")
+
+
+def test_a_machine_that_gets_busier_without_stalls_still_tries_fewer_threads():
+    """A busy core that makes 2 threads 2.2x slower (no single pass past the stall bar) and 1 thread faster."""
+    governor, _, live = _governor()
+    _run(governor, IDLE, 30, live)
+    counts = _run(governor, {2: 0.22, 1: 0.19}, 60, live)
+    assert counts[-1] == 1 and counts[-20:].count(1) >= 18
+
+
+def test_other_processes_at_the_start_get_fewer_threads_tried_at_once():
+    applied: list[int] = []
+    governor, live = ThreadGovernor(2, applied.append, others=lambda: 1.0), LiveCosts()
+    counts = _run(governor, {2: 0.22, 1: 0.19}, 20, live)
+    assert applied[:1] == [1] and counts[-1] == 1
+    # ... and kept only if faster.
+    applied.clear()
+    governor, live = ThreadGovernor(2, applied.append, others=lambda: 1.0), LiveCosts()
+    counts = _run(governor, {2: 0.15, 1: 0.19}, 20, live)
+    assert applied == [1, 2] and counts[-1] == 2
+
+
+def test_an_idle_start_tries_nothing():
+    applied: list[int] = []
+    governor, live = ThreadGovernor(2, applied.append, others=lambda: 0.1), LiveCosts()
+    _run(governor, IDLE, 50, live)
+    assert applied == []
+
+
+def test_other_load_reads_the_machines_busy_time_less_its_own(tmp_path):
+    import os
+
+    from localspec.hardware import OtherLoad
+
+    stat = tmp_path / "stat"
+    tick = os.sysconf("SC_CLK_TCK")
+    stat.write_text("cpu  100 0 100 800 0 0 0 0 0 0\ncpu0 ...\n")
+    load = OtherLoad(stat)
+    cores = os.cpu_count() or 1
+    # One second of wall time on every core, half of one core's worth spent busy (by others: this
+    # process barely ran meanwhile).
+    stat.write_text(f"cpu  {100 + tick // 2} 0 100 {800 + cores * tick - tick // 2} 0 0 0 0 0 0\n")
+    assert load() == pytest.approx(0.5, abs=0.05)
+    assert OtherLoad(tmp_path / "missing")() is None
