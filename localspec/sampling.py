@@ -144,11 +144,6 @@ def top_token(logits: np.ndarray) -> tuple[int, float]:
     return token, 1.0 / (exact + SAMPLE * far)
 
 
-def max_prob(logits: np.ndarray) -> float:
-    """Probability of the top token under plain softmax (see top_token)."""
-    return top_token(logits)[1]
-
-
 def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     """The distribution a temp > 0 sampler draws from, over its support."""
     x = logits

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.sampling import SamplingParams, accept_draft_token, distribution, max_prob, sample
+from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample, top_token
 
 P_VALUE_FLOOR = 1e-3
 
@@ -46,7 +46,7 @@ def test_distribution_order_is_top_k_top_p_min_p_then_temperature():
 
 
 def test_max_prob():
-    assert max_prob(np.log(np.array([0.7, 0.2, 0.1]))) == pytest.approx(0.7)
+    assert top_token(np.log(np.array([0.7, 0.2, 0.1]))) == (0, pytest.approx(0.7))
 
 
 def test_sample_follows_distribution():
@@ -171,8 +171,6 @@ def test_top_ids_are_the_largest_in_order(vocab: int):
 @pytest.mark.parametrize("vocab", WIDE)
 @pytest.mark.parametrize("top", [30.0, 12.0, 3.0, 0.0])  # very sure ... no token above the bulk
 def test_top_token_is_the_argmax_and_its_probability(vocab: int, top: float):
-    from localspec.sampling import top_token
-
     for seed in range(3):
         logits = _logits(vocab, seed, top)
         token, p = top_token(logits)
@@ -186,7 +184,7 @@ def test_the_wide_paths_copy_no_row_of_the_vocabulary():
     filters: not even a float32 copy of the logits."""
     import tracemalloc
 
-    from localspec.sampling import final_dist, top_token
+    from localspec.sampling import final_dist
 
     logits = _logits(262144, 0, top=30.0)
     tracemalloc.start()
