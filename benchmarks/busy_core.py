@@ -25,11 +25,12 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.first_runs import spin  # noqa: E402
 from benchmarks.overhead import llama_bench  # noqa: E402
+from localspec.backend.hardware import physical_cores  # noqa: E402
+from localspec.config.settings import Settings  # noqa: E402
 from localspec.engine.events import drain  # noqa: E402
-from localspec.hardware import physical_cores  # noqa: E402
-from localspec.loader import ModelFiles, load  # noqa: E402
-from localspec.prompt import prompt_tokens  # noqa: E402
-from localspec.settings import Settings  # noqa: E402
+from localspec.session.generation import generation_config
+from localspec.session.loader import ModelFiles, load  # noqa: E402
+from localspec.session.prompt import prompt_tokens  # noqa: E402
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -73,7 +74,7 @@ def separate_processes(a: argparse.Namespace) -> None:
 def load_swing(a: argparse.Namespace) -> None:
     loaded = load(ModelFiles(a.target), Settings(lookup=False))
     engine, target = loaded.engine, loaded.target
-    config = Settings(temp=0.0, max_tokens=a.n, lookup=False).generation_config()
+    config = generation_config(Settings(temp=0.0, max_tokens=a.n, lookup=False))
     tokens = prompt_tokens(target, PROMPT, raw=False)
     drain(engine.generate(tokens, config))  # warm
     phases: dict[str, list[float]] = {}

@@ -24,7 +24,7 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from localspec.bench import load_prompts
+from localspec.bench.runs import load_prompts
 
 
 def mode_args(mode: str, draft: Path | None) -> list[str]:

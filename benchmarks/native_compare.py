@@ -19,10 +19,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.bench import load_prompts
-from localspec.hardware import physical_cores
-from localspec.prompt import render_chat
+from localspec.bench.runs import load_prompts
+from localspec.session.prompt import render_chat
 
 EVAL_RE = re.compile(r"(?<!prompt )eval time =\s*[\d.]+ ms /\s*\d+ (?:runs|tokens).*?([\d.]+) tokens per second")
 DECODED_RE = re.compile(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s")

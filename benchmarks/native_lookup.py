@@ -20,9 +20,9 @@ from pathlib import Path
 from native_compare import DECODED_RE, EVAL_RE, run
 from repeated_workloads import by_category, rows
 
+from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.hardware import physical_cores
-from localspec.prompt import render_chat
+from localspec.session.prompt import render_chat
 
 
 def main() -> None:

@@ -18,17 +18,16 @@ from pathlib import Path
 from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-from localspec import defaults
+from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.bench import load_prompts
+from localspec.bench.runs import load_prompts
+from localspec.config import defaults
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.costs import pair_costs
 from localspec.engine.events import DoneEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.hardware import physical_cores
-from localspec.prompt import prompt_tokens
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
+from localspec.session.prompt import prompt_tokens
 
 
 def timed_stream(llm: Llama, tokens: list[int], n: int) -> float:
@@ -56,7 +55,7 @@ def main() -> None:
     cores = physical_cores()
     target = Model(a.model, ModelOptions(n_ctx=4096, n_threads=cores, n_threads_batch=cores))
     base = SpeculativeEngine(target, None)
-    ngram = SpeculativeEngine(target, NgramDrafter(), "ngram", pair_costs(target, None, a.draft_max))
+    ngram = SpeculativeEngine(target, NgramDrafter(), "ngram")
     llm = Llama(str(a.model), n_ctx=4096, n_threads=cores, n_threads_batch=cores, verbose=False,
                 logits_all=True, draft_model=LlamaPromptLookupDecoding())
     config = GenerationConfig(

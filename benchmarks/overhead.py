@@ -29,16 +29,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from localspec.backend.hardware import physical_cores  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402
-from localspec.bench import load_prompts  # noqa: E402
+from localspec.bench.runs import load_prompts  # noqa: E402
 from localspec.drafters.base import DraftSettings  # noqa: E402
 from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
 from localspec.engine.events import PromptEvent, drain  # noqa: E402
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
-from localspec.hardware import physical_cores  # noqa: E402
-from localspec.prompt import prompt_tokens  # noqa: E402
-from localspec.sampling import SamplingParams  # noqa: E402
+from localspec.sampling.dist import SamplingParams  # noqa: E402
+from localspec.session.prompt import prompt_tokens  # noqa: E402
 
 GREEDY = SamplingParams(temperature=0.0)
 WARM = SamplingParams(temperature=0.8)

@@ -33,15 +33,16 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
+from localspec.bench.ties import compare_greedy
+from localspec.config.settings import Settings
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
+from localspec.drafters.suffix_cache import SuffixCache
 from localspec.engine.events import drain
 from localspec.engine.speculative import SpeculativeEngine
-from localspec.engine.ties import compare_greedy
-from localspec.loader import ModelFiles, load_models
-from localspec.prompt import render_chat, tokenize_rendered
-from localspec.settings import Settings
-from localspec.suffix_cache import SuffixCache
+from localspec.session.generation import generation_config
+from localspec.session.loader import ModelFiles, load_models
+from localspec.session.prompt import render_chat, tokenize_rendered
 
 METHODS = ("target", "ngram", "suffix")
 PROOFREAD = "Proofread the following text and correct any mistakes. Reply with the full corrected text only.\n\n"
@@ -82,7 +83,7 @@ class Bench:
     def __init__(self, model: Path, settings: Settings, temp: float, seed: int) -> None:
         self.target, _ = load_models(ModelFiles(model), settings, threading.Event())
         self.settings = settings
-        self.config = replace(settings.generation_config(), draft_mode="auto")
+        self.config = replace(generation_config(settings), draft_mode="auto")
         self.temp, self.seed = temp, seed
         self.results: list[dict] = []
 

@@ -49,18 +49,19 @@ def prompts(path: Path, count: int) -> list[str]:
 
 def worker(args: argparse.Namespace) -> None:
     """Load once (over --rpc when given), then per prompt: the target alone, then speculative."""
+    from localspec.bench.ties import compare_greedy
+    from localspec.config.settings import Settings
     from localspec.drafters.draft_model import DraftModelDrafter
     from localspec.engine.events import drain
     from localspec.engine.speculative import SpeculativeEngine
-    from localspec.engine.ties import compare_greedy
-    from localspec.loader import ModelFiles, load_models
-    from localspec.prompt import render_chat, tokenize_rendered
-    from localspec.settings import Settings
+    from localspec.session.generation import generation_config
+    from localspec.session.loader import ModelFiles, load_models
+    from localspec.session.prompt import render_chat, tokenize_rendered
 
     settings = Settings(threads=1, draft_threads=1, rpc=args.worker_rpc or None, max_tokens=args.n, temp=0.0)
     target, draft = load_models(ModelFiles(args.target, args.draft), settings, threading.Event())
     assert draft is not None
-    config = replace(settings.generation_config(), draft_mode="auto")
+    config = replace(generation_config(settings), draft_mode="auto")
     engines = {
         "target": SpeculativeEngine(target, None, "none"),
         "spec": SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model"),

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from localspec.bench import load_prompts
+from localspec.bench.runs import load_prompts
 
 CLI = [sys.executable, "-m", "localspec"]
 

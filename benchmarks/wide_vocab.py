@@ -79,15 +79,15 @@ def pad(src: Path, dst: Path, width: int, seed: int = 0) -> None:
 
 
 def greedy(path: Path) -> list[list[int]]:
+    from localspec.backend.hardware import physical_cores
     from localspec.backend.model import Model, ModelOptions
     from localspec.engine.events import DoneEvent
     from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-    from localspec.hardware import physical_cores
-    from localspec.prompt import prompt_tokens
-    from localspec.sampling import SamplingParams
+    from localspec.sampling.dist import SamplingParams
+    from localspec.session.prompt import prompt_tokens
 
     cores = physical_cores()
-    config = GenerationConfig(max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0))
+    config = GenerationConfig(max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     with Model(path, ModelOptions(n_ctx=512, n_threads=cores, n_threads_batch=cores)) as model:
         engine = SpeculativeEngine(model, None)
         outs = []

@@ -21,11 +21,10 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="localspec-tests-cache-")
 
 from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
 
+from localspec.backend.hardware import physical_cores  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402
-from localspec.engine.events import DoneEvent  # noqa: E402
-from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
-from localspec.engine.ties import Divergence, compare_greedy  # noqa: E402
-from localspec.hardware import physical_cores  # noqa: E402
+from localspec.bench.ties import Divergence, compare_greedy  # noqa: E402
+
 
 @dataclass(frozen=True)
 class TinyModels:
@@ -59,7 +58,7 @@ def model_options(n_ctx: int = 1024) -> ModelOptions:
 
 @pytest.fixture(scope="session")
 def smollm2_q4() -> Path:
-    from localspec.defaults import embedded_model
+    from localspec.config.defaults import embedded_model
 
     return embedded_model()
 
@@ -75,15 +74,6 @@ def smollm2_f16(tmp_path_factory: pytest.TempPathFactory, smollm2_q4: Path) -> P
     rc = llama_cpp.llama_model_quantize(str(smollm2_q4).encode(), str(dst).encode(), ctypes.byref(params))
     assert rc == 0, "llama_model_quantize failed"
     return dst
-
-
-def run_engine(engine: SpeculativeEngine, prompt: Sequence[int], config: GenerationConfig) -> DoneEvent:
-    done = None
-    for ev in engine.generate(prompt, config):
-        if isinstance(ev, DoneEvent):
-            done = ev
-    assert done is not None
-    return done
 
 
 def assert_greedy_equivalent(

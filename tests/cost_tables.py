@@ -3,9 +3,9 @@ call `call` plus `per_pass` for each draft-model pass."""
 
 from __future__ import annotations
 
+from localspec.bench.profiles import RecordedProfile
 from localspec.engine.clock import SimulatedClock
 from localspec.engine.costs import LiveCosts
-from localspec.engine.profiles import RecordedProfile
 
 
 def profile(verify: dict[int, float], per_pass: float, call: float = 0.0) -> RecordedProfile:

@@ -12,17 +12,17 @@ from conftest import model_options
 from tiny_models import TinySpec, write_tiny_llama
 
 from localspec.backend.model import Model
-from localspec.bench import BenchResult, Mode, load_prompts, run_bench
+from localspec.bench.profiles import load_profile
+from localspec.bench.runs import BenchResult, Mode, load_prompts, run_bench
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.clock import SimulatedClock
-from localspec.engine.profiles import load_profile
 from localspec.engine.speculative import GenerationConfig
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
 
 PROFILES = ("cpu", "gpu:3", "gpu:6", "gpu:12", "drift", "drift:gpu:6")
 FIXED = (4, 8, 16)
-CONFIG = GenerationConfig(max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_max=16, seed=0)
+CONFIG = GenerationConfig(max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_max=16, seed=0, draft_mode="fixed")
 
 
 @pytest.fixture(scope="module")

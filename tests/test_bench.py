@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from cli_helpers import in_process
 from conftest import TinyModels
-from typer.testing import CliRunner
 
-import localspec.bench
-from localspec.cli.app import app
+import localspec.bench.runs
 
 SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_tokens_per_step", "n_prompts",
                 "drafted_steps", "mean_draft_length", "costs_ms"}
@@ -30,7 +29,7 @@ def prompts(tmp_path):
 
 
 def bench(*args: str):
-    return CliRunner().invoke(app, ["bench", *args], catch_exceptions=False)
+    return in_process("bench", *args, catch_exceptions=False)
 
 
 def test_modes_and_json_schema(tiny: TinyModels, prompts):
@@ -66,7 +65,7 @@ def test_modes_that_need_a_draft_are_refused_without_one(tiny: TinyModels, promp
 
 
 def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prompts, monkeypatch):
-    real = localspec.bench.run_bench
+    real = localspec.bench.runs.run_bench
 
     def tampered(*args, **kwargs):
         for sample in real(*args, **kwargs):
@@ -74,7 +73,7 @@ def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prom
                 sample.tokens = [*sample.tokens[:3], (sample.tokens[3] + 1) % 300, *sample.tokens[4:]]
             yield sample
 
-    monkeypatch.setattr(localspec.bench, "run_bench", tampered)
+    monkeypatch.setattr(localspec.bench.runs, "run_bench", tampered)
     res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "draft", "-n", "8", "--json")
     assert res.exit_code == 1
     mismatches = json.loads(res.stdout)["mismatches"]

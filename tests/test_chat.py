@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
+import subprocess
 from pathlib import Path
 
 import pexpect
 import pytest
+from cli_helpers import CLI, in_terminal
 from conftest import TinyModels
 
 PROMPT = ">>> "
@@ -25,7 +26,7 @@ def spawn(*args: str, tmp: Path) -> pexpect.spawn:
         "XDG_CACHE_HOME": str(tmp / "cache"),
         "HOME": str(tmp),
     }
-    child = pexpect.spawn(sys.executable, ["-m", "localspec", "chat", *args], env=env, encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(40, 120))
+    child = in_terminal("chat", *args, env=env)
     child.expect_exact(PROMPT)
     return child
 
@@ -169,13 +170,10 @@ def test_resume_continues_the_last_conversation_even_after_a_crash(tiny: TinyMod
 
 
 def test_a_piped_chat_survives_bytes_that_are_not_utf8(tiny: TinyModels, tmp_path: Path):
-    import subprocess
-
     env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
     out = tmp_path / "piped.json"
     script = b"the cat \xff sat\na dog\n/help\n/save " + str(out).encode() + b"\n"
-    res = subprocess.run([sys.executable, "-m", "localspec", "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"],
-                         input=script, capture_output=True, env=env, timeout=120)
+    res = subprocess.run([*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"], input=script, capture_output=True, env=env, timeout=120)
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
     assert b"the message is not valid UTF-8" in res.stderr
     # Piped, chat's own lines are whole: nothing hard-wrapped at 80 columns.
@@ -187,8 +185,7 @@ def test_a_piped_chat_survives_bytes_that_are_not_utf8(tiny: TinyModels, tmp_pat
 def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_path: Path):
     env = {"PATH": "/usr/bin:/bin", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path),
            "XDG_STATE_HOME": str(tmp_path / "state")}
-    child = pexpect.spawn(sys.executable, ["-m", "localspec", "run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0"],
-                          env=env, encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(40, 120))
+    child = in_terminal("run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0", env=env)
     child.expect_exact("chatting with")
     turn(child, "the cat")  # run's options (-n, --temp) hold in the chat
     child.sendline("/exit")

@@ -6,11 +6,11 @@ import pytest
 from conftest import TinyModels
 
 from localspec.backend.model import ABORTABLE_BATCH
-from localspec.chat import ChatSession
-from localspec.errors import LocalspecError
+from localspec.config.settings import Settings
 from localspec.engine.events import drain
-from localspec.loader import ModelFiles, load
-from localspec.settings import Settings
+from localspec.errors import LocalspecError
+from localspec.session.conversation import ChatSession
+from localspec.session.loader import ModelFiles, load
 
 SAMPLED = Settings(temp=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=11, draft_mode="fixed", draft_max=4)
 

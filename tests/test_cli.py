@@ -6,28 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import CLI, assert_one_line_error, localspec
 from conftest import TinyModels
-
-CLI = [sys.executable, "-m", "localspec"]
-
-
-def localspec(*args: str, input: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([*CLI, *args], input=input, capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def assert_one_line_error(res: subprocess.CompletedProcess, fragment: str) -> None:
-    assert res.returncode != 0
-    assert "Traceback" not in res.stderr
-    lines = [line for line in res.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("error: ")
-    assert fragment in lines[0], lines[0]
 
 
 def test_json_output_fields(tiny: TinyModels):
@@ -240,23 +224,22 @@ def test_text_that_is_not_utf8_is_read_with_replacements_everywhere(tiny: TinyMo
     assert res.returncode == 0 and f"prompts {prompts} is not valid UTF-8" in res.stderr, res.stderr
     registry = tmp_path / "registry.toml"
     registry.write_bytes(b'["caf\xe9"]\ntarget = { repo = "a/b", quant = "Q4_0" }\n')
-    res = subprocess.run([*CLI, "models", "--json"], capture_output=True, text=True, timeout=120, env={**env, "LOCALSPEC_REGISTRY": str(registry)})
+    res = localspec("models", "--json", timeout=120, env={**env, "LOCALSPEC_REGISTRY": str(registry)})
     assert res.returncode == 0 and "is not valid UTF-8" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
 
 def test_a_tiny_context_under_auto_is_no_traceback(tiny: TinyModels, tmp_path: Path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    res = subprocess.run([*CLI, "run", "-m", str(tiny.target), "-d", str(tiny.close), "--ctx", "8", "-p", "moon", "-n", "4"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--ctx", "8", "-p", "moon", "-n", "4", env=env, timeout=120)
     assert "Traceback" not in res.stderr
     assert res.returncode == 0 or res.stderr.startswith("error: "), res.stderr
 
 
 def test_auto_measures_nothing_before_the_first_token_and_caches_nothing(tiny: TinyModels, tmp_path: Path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    args = [*CLI, "run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "moon", "-n", "40", "--temp", "0", "--json"]
-    res = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120)
+    args = ["run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "moon", "-n", "40", "--temp", "0", "--json"]
+    res = localspec(*args, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     stats = json.loads(res.stdout)["stats"]
     assert stats["draft_mode"] == "auto" and stats["n_steps_drafted"] > 0
@@ -310,17 +293,29 @@ def test_llama_cpp_short_flags_and_help_panels(tiny: TinyModels):
 
 def test_help_lists_choices_and_shows_flags_without_a_value():
     for command in ((), ("run",), ("chat",), ("bench",), ("pull",), ("models",), ("rm",)):
-        res = subprocess.run([*CLI, *command, "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"})
+        res = localspec(*command, "--help", timeout=60, env={**os.environ, "COLUMNS": "200"})
         assert res.returncode == 0 and "<bool>" not in res.stdout, (command, res.stdout)
-    run_help = subprocess.run([*CLI, "run", "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
+    run_help = localspec("run", "--help", timeout=60, env={**os.environ, "COLUMNS": "200"}).stdout
     for choices in ("auto|fixed", "standard|coupled", "sample|greedy", "FILE|ALIAS"):
         assert choices in run_help, choices
 
 
 def test_json_reports_the_thread_counts(tiny: TinyModels):
-    from localspec.hardware import physical_cores
+    from localspec.backend.hardware import physical_cores
 
     default = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json").stdout)["stats"]
     assert default["threads_default"] == physical_cores() and 1 <= default["threads_fewest"] <= default["threads"] <= physical_cores()
     given = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json", "-t", "1").stdout)["stats"]
     assert given["threads"] == given["threads_fewest"] == given["threads_default"] == 1
+
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "serve", "bench"])
+def test_help_is_its_snapshot(command: str):
+    """The options built from the settings record read as the hand-written ones did: the snapshots
+    were taken before they were built. A change to any option's help is reviewed here."""
+    res = localspec(command, "--help", env={**os.environ, "COLUMNS": "100"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == (SNAPSHOTS / f"help_{command}.txt").read_text(encoding="utf-8")

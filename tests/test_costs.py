@@ -8,10 +8,10 @@ from conftest import TinyModels, model_options
 from cost_tables import live_costs
 
 from localspec.backend.model import Model
+from localspec.bench.profiles import FORMAT, RecordedProfile, load_profile
 from localspec.drafters.view import DraftView
 from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock, WallClock
 from localspec.engine.costs import LiveCosts
-from localspec.engine.profiles import FORMAT, RecordedProfile, load_profile
 from localspec.errors import LocalspecError
 
 

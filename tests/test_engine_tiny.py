@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
-from conftest import TinyModels, model_options, run_engine
+from conftest import TinyModels, model_options
 
 from localspec.backend.model import Model
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.controller import FixedBudget
-from localspec.engine.events import DoneEvent, StepEvent, TokenEvent
+from localspec.engine.events import DoneEvent, StepEvent, TokenEvent, drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "moon"]
@@ -37,14 +36,14 @@ def draft_engine(request, tiny: TinyModels, target: Model):
 @pytest.fixture(scope="module")
 def baselines(target: Model) -> dict[str, list[int]]:
     engine = SpeculativeEngine(target, None)
-    config = GenerationConfig(max_tokens=96, sampling=GREEDY)
-    return {p: run_engine(engine, target.tokenize(p), config).tokens for p in PROMPTS}
+    config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_mode="fixed")
+    return {p: drain(engine.generate(target.tokenize(p), config)).tokens for p in PROMPTS}
 
 
 @pytest.mark.parametrize("draft_max", range(1, 9))
 def test_greedy_draft_model_output_is_identical(draft_engine, target, baselines, draft_max):
     name, engine = draft_engine
-    config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max)
+    config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed")
     rejected_steps = 0
     for prompt, expected in baselines.items():
         prompt_tokens = target.tokenize(prompt)
@@ -67,7 +66,7 @@ def test_acceptance_is_high_for_close_and_low_for_poor_draft(tiny, target):
     for name in ("close", "poor"):
         with Model(getattr(tiny, name), model_options()) as d:
             engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-            done = run_engine(engine, target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=4))
+            done = drain(engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=4, draft_mode="fixed")))
             rates[name] = done.stats.acceptance_rate
     assert rates["close"] > 0.6
     assert rates["poor"] < rates["close"]
@@ -78,8 +77,8 @@ def test_greedy_ngram_output_is_identical(target, baselines):
     lookup = DraftSettings(lookup_min=1, lookup_max=3)
     for draft_max in (1, 3, 8):
         for prompt, expected in baselines.items():
-            config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max, drafting=lookup)
-            done = run_engine(engine, target.tokenize(prompt), config)
+            config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max, drafting=lookup, draft_mode="fixed")
+            done = drain(engine.generate(target.tokenize(prompt), config))
             assert done.tokens == expected
             assert set(done.stats.drafters) <= {"ngram"}
 
@@ -87,7 +86,7 @@ def test_greedy_ngram_output_is_identical(target, baselines):
 def test_token_events_report_their_source_and_stats_add_up(tiny, target):
     with Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-        events = list(engine.generate(target.tokenize(PROMPTS[1]), GenerationConfig(max_tokens=50, sampling=GREEDY, draft_max=5)))
+        events = list(engine.generate(target.tokenize(PROMPTS[1]), GenerationConfig(max_tokens=50, sampling=GREEDY, draft_max=5, draft_mode="fixed")))
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     steps = [e for e in events if isinstance(e, StepEvent)]
     done = events[-1]
@@ -135,7 +134,7 @@ def test_draft_min_drops_a_short_lookup_match(target):
     draft = lookup.propose(prompt, FixedBudget(4), GREEDY, np.random.default_rng(0))
     assert 0 < len(draft.tokens) < 3
     engine = SpeculativeEngine(target, lookup, "ngram")
-    config = GenerationConfig(max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3, drafting=unigrams)
+    config = GenerationConfig(max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3, drafting=unigrams, draft_mode="fixed")
     events = list(engine.generate(prompt, config))
     assert [e.drafted for e in events if isinstance(e, StepEvent)][0] == 0
 
@@ -143,26 +142,26 @@ def test_draft_min_drops_a_short_lookup_match(target):
 def test_seed_makes_sampling_reproducible(tiny, target):
     with Model(tiny.poor, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=1234, draft_max=4)
+        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=1234, draft_max=4, draft_mode="fixed")
         prompt = target.tokenize(PROMPTS[0])
-        first = run_engine(engine, prompt, config).tokens
-        assert run_engine(engine, prompt, config).tokens == first
-        other = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=99, draft_max=4)
-        assert run_engine(engine, prompt, other).tokens != first
+        first = drain(engine.generate(prompt, config)).tokens
+        assert drain(engine.generate(prompt, config)).tokens == first
+        other = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=99, draft_max=4, draft_mode="fixed")
+        assert drain(engine.generate(prompt, other)).tokens != first
 
 
 def test_prompt_longer_than_context_is_refused(tiny):
     with Model(tiny.target, model_options(n_ctx=256)) as m:  # llama.cpp's smallest context
         engine = SpeculativeEngine(m, None)
         with pytest.raises(LocalspecError, match="longer than the context"):
-            run_engine(engine, m.tokenize("the cat sat on the mat " * 12), GenerationConfig())
+            drain(engine.generate(m.tokenize("the cat sat on the mat " * 12), GenerationConfig(draft_mode="fixed")))
 
 
 def test_generation_stops_when_context_is_full(tiny):
     with Model(tiny.target, model_options(n_ctx=256)) as m, Model(tiny.close, model_options(n_ctx=256)) as d:
         engine = SpeculativeEngine(m, DraftModelDrafter(d), "draft-model")
         prompt = m.tokenize("moon")
-        done = run_engine(engine, prompt, GenerationConfig(max_tokens=500, sampling=GREEDY, draft_max=8))
+        done = drain(engine.generate(prompt, GenerationConfig(max_tokens=500, sampling=GREEDY, draft_max=8, draft_mode="fixed")))
     assert done.stop_reason == "length"
     assert len(prompt) + len(done.tokens) == 257  # every position used, plus the token never evaluated
 
@@ -172,7 +171,7 @@ def test_cancel_stops_generation(tiny, target):
 
     cancel = threading.Event()
     engine = SpeculativeEngine(target, None)
-    events = engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=500, sampling=GREEDY), cancel)
+    events = engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=500, sampling=GREEDY, draft_mode="fixed"), cancel)
     seen = 0
     done = None
     for ev in events:
@@ -213,7 +212,7 @@ def test_auto_mode_is_lossless_and_drafts_less_when_drafts_fail(tiny, target, ba
             config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=8, draft_mode="auto")
             total = 0
             for prompt, expected in baselines.items():
-                done = run_engine(engine, target.tokenize(prompt), config)
+                done = drain(engine.generate(target.tokenize(prompt), config))
                 assert done.tokens == expected
                 total += done.stats.n_drafted / done.stats.n_steps
             drafted[name] = total
@@ -222,7 +221,7 @@ def test_auto_mode_is_lossless_and_drafts_less_when_drafts_fail(tiny, target, ba
 
 def test_draft_tokens_past_the_end_count_as_neither_accepted_nor_generated(tiny, target):
     prompt = target.tokenize(PROMPTS[0])
-    text = run_engine(SpeculativeEngine(target, None), prompt, GenerationConfig(max_tokens=60, sampling=GREEDY)).text
+    text = drain(SpeculativeEngine(target, None).generate(prompt, GenerationConfig(max_tokens=60, sampling=GREEDY, draft_mode="fixed"))).text
     with Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
         for cut in range(10, 50, 3):  # stop strings that end generation in the middle of a step
@@ -248,10 +247,10 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
 
     options = replace(model_options(), n_seq_max=3)
     sampled = SamplingParams(temperature=0.9, top_k=20)
-    base = GenerationConfig(max_tokens=40, sampling=sampled, seed=11, verify="coupled")
+    base = GenerationConfig(max_tokens=40, sampling=sampled, seed=11, verify="coupled", draft_mode="fixed")
     with Model(tiny.target, options) as target, Model(tiny.close, options) as close, Model(tiny.poor, options) as poor:
         prompt = target.tokenize(PROMPTS[0])
-        alone = run_engine(SpeculativeEngine(target, None), prompt, base).tokens
+        alone = drain(SpeculativeEngine(target, None).generate(prompt, base)).tokens
         engines = {
             "close": (SpeculativeEngine(target, DraftModelDrafter(close), "draft-model"), "fixed"),
             "poor": (SpeculativeEngine(target, DraftModelDrafter(poor), "draft-model"), "fixed"),
@@ -262,12 +261,34 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
         drafted = {}
         for name, (engine, mode) in engines.items():
             for draft_max in (2, 6):
-                done = run_engine(engine, prompt, replace(base, draft_max=draft_max, draft_mode=mode))
+                done = drain(engine.generate(prompt, replace(base, draft_max=draft_max, draft_mode=mode)))
                 assert done.tokens == alone, (name, draft_max)
                 drafted[name] = drafted.get(name, 0) + done.stats.n_drafted
                 if name == "poor":
                     assert done.stats.n_accepted < done.stats.n_drafted  # rejections happened, and changed nothing
         assert all(drafted[name] > 0 for name in ("close", "poor", "tree", "auto"))
-        other_seed = run_engine(SpeculativeEngine(target, None), prompt, replace(base, seed=12)).tokens
+        other_seed = drain(SpeculativeEngine(target, None).generate(prompt, replace(base, seed=12))).tokens
         second_reply = list(SpeculativeEngine(target, None).generate(prompt, base, generation=1))[-1].tokens
     assert other_seed != alone and second_reply != alone
+
+
+def test_a_generation_abandoned_midway_still_ends_its_drafter(target: Model):
+    """The consumer may stop reading (a client gone, a renderer raising): the drafter's `end`
+    runs in the generator's `finally`, with the context as far as it went."""
+    ended: list[list[int]] = []
+
+    class Recording(NgramDrafter):
+        def end(self, context) -> None:
+            ended.append(list(context))
+
+    prompt = target.tokenize(PROMPTS[0])
+    events = SpeculativeEngine(target, Recording(), "ngram").generate(prompt, GenerationConfig(max_tokens=40, sampling=GREEDY, draft_mode="fixed"))
+    tokens = []
+    for ev in events:
+        if isinstance(ev, TokenEvent):
+            tokens.append(ev.token)
+            if len(tokens) == 3:
+                break
+    assert not ended
+    events.close()
+    assert len(ended) == 1 and ended[0][: len(prompt) + 3] == [*prompt, *tokens]

@@ -14,14 +14,19 @@ ROOT = Path(localspec.__file__).parent
 LAYERS = [
     ("cli", ("localspec.cli", "localspec.__main__")),
     ("server", ("localspec.server",)),
-    ("orchestration", ("localspec.loader", "localspec.chat", "localspec.bench", "localspec.bench_suffix", "localspec.prompt", "localspec.suffix_cache")),
-    ("models", ("localspec.models",)),  # aliases, the Hub, pulled files
-    ("settings", ("localspec.settings", "localspec.user_config")),
+    ("bench", ("localspec.bench",)),  # modes, prompts, the tie rule, cost profiles: only bench and tests
+    ("session", ("localspec.session",)),  # loading, conversations, prompts, settings to engine config
+    ("registry", ("localspec.registry",)),  # aliases, the Hub, pulled files
     ("engine", ("localspec.engine",)),
     ("drafters", ("localspec.drafters",)),
-    ("foundation", ("localspec.sampling", "localspec.backend", "localspec.hardware", "localspec.defaults", "localspec.errors", "localspec")),
+    ("sampling", ("localspec.sampling",)),
+    ("config", ("localspec.config",)),  # the settings record, the user's config, defaults
+    ("backend", ("localspec.backend",)),  # llama.cpp, GGUF files, devices, the machine
+    ("foundation", ("localspec.errors", "localspec.json_file", "localspec.text_input", "localspec")),
 ]
 MAX_LINES = 300
+TOP_LEVEL = 3  # modules loose at the top of the package (besides __init__ and __main__)
+MAX_FUNCTION_LINES = 60  # in engine/: a step of the loop reads in one sitting
 
 
 def module_name(path: Path) -> str:
@@ -98,6 +103,31 @@ def test_no_module_is_longer_than_300_lines():
     assert not long, long
 
 
+def test_few_modules_sit_at_the_top():
+    loose = sorted(p.name for p in ROOT.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(loose) <= TOP_LEVEL, loose
+
+
+def test_the_settings_record_stands_below_the_engine():
+    below = [dep for dep in GRAPH["localspec.config.settings"] if layer(dep) <= layer("localspec.drafters")]
+    assert not below, below
+
+
+def long_functions(path: Path, limit: int) -> dict[str, int]:
+    """Functions (methods included) of more than `limit` lines, decorators and docstrings counted."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit
+    }
+
+
+def test_no_engine_function_is_longer_than_60_lines():
+    long = {f"{m}.{name}": n for m, p in MODULES.items() if m.startswith("localspec.engine") for name, n in long_functions(p, MAX_FUNCTION_LINES).items()}
+    assert not long, long
+
+
 def test_the_backend_names_no_command_line_flag():
     for m, path in MODULES.items():
         if m.startswith("localspec.backend"):
@@ -107,6 +137,6 @@ def test_the_backend_names_no_command_line_flag():
 def test_the_checks_see_a_violation():
     """The walk finds imports at every depth and the layering catches one that goes up."""
     deps = imports(ROOT / "cli" / "run.py")
-    assert "localspec.loader" in deps  # imported inside the command function
+    assert "localspec.session.loader" in deps  # imported inside the command function
     assert layer("localspec.drafters.tree") > layer("localspec.engine.controller")
     assert layer("localspec.engine.speculative") < layer("localspec.backend.model")

@@ -30,18 +30,18 @@ from scipy import stats
 from tiny_models import TinySpec, vocabulary, write_tiny_llama
 
 from localspec.backend.model import Model
+from localspec.bench.profiles import RecordedProfile
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
+from localspec.drafters.suffix_cache import SuffixCache
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock
-from localspec.engine.profiles import RecordedProfile
 from localspec.engine.events import DoneEvent, StepEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.sampling import SamplingParams, distribution
-from localspec.suffix_cache import SuffixCache
+from localspec.sampling.dist import SamplingParams, distribution
 
 N_DRAWS = 8000
 MIN_EXPECTED = 20
@@ -161,7 +161,7 @@ def prompt(models) -> list[int]:
     the target would say, so its drafts are accepted now and then."""
     target = models["target"]
     start = target.tokenize(PROMPT)
-    greedy = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0))
+    greedy = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
     return [*start, *done.tokens, *start[1:]]
 
@@ -296,7 +296,7 @@ def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
 
 # --- a real vocabulary's width -------------------------------------------------------------------
 # 262,144 ids (Gemma 3's), most of them a bulk of unlikely tokens holding a fifth of the mass at
-# temp 1: the wide paths of sampling.py (top-k through block maxima, a float32 distribution over
+# temp 1: the wide paths of sampling/ (top-k through block maxima, a float32 distribution over
 # the whole vocabulary, residuals of a sparse q against it, two-level draws) under the engine.
 
 WIDE_VOCAB = 262144
@@ -333,7 +333,7 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
     steps: Counter = Counter()
     for seed in range(WIDE_DRAWS):
         config = GenerationConfig(max_tokens=WIDE_DRAFT + 1, sampling=params, seed=seed, draft_max=WIDE_DRAFT,
-                                  drafting=DraftSettings(p_split=0.05))
+                                  drafting=DraftSettings(p_split=0.05), draft_mode="fixed")
         step = None
         for ev in engine.generate(prompt, config):
             if isinstance(ev, StepEvent) and step is None:

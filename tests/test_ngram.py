@@ -3,7 +3,7 @@ import numpy as np
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.controller import FixedBudget
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 

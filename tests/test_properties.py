@@ -10,12 +10,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from cli_helpers import in_process
 from conftest import TinyModels
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
-
-from localspec.cli.app import app
 
 # Derandomized: the same examples on every run, so that a run of CI never fails on a new draw alone.
 EXAMPLES = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -43,7 +41,7 @@ NUMERIC = {
 
 
 def invoke(*args: str, env: dict[str, str] | None = None):
-    result = CliRunner().invoke(app, list(args), env={"XDG_CACHE_HOME": CACHE, **(env or {})})
+    result = in_process(*args, env={"XDG_CACHE_HOME": CACHE, **(env or {})})
     output = result.output
     assert result.exit_code in (0, 1, 2), (args, result.exit_code, output)
     assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))

@@ -7,11 +7,11 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from cli_helpers import CLI, assert_one_line_error, localspec
 from conftest import TinyModels
 from hub_server import FakeHub
 
@@ -83,15 +83,7 @@ def cli(hub_env, *args: str, offline: bool = False) -> subprocess.CompletedProce
     )
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return subprocess.run([sys.executable, "-m", "localspec", *args], capture_output=True, text=True, env=env, timeout=120)
-
-
-def one_line_error(res: subprocess.CompletedProcess) -> str:
-    assert res.returncode != 0
-    assert "Traceback" not in res.stderr
-    lines = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
-    assert len(lines) == 1, res.stderr
-    return lines[0]
+    return localspec(*args, env=env)
 
 
 def models_json(hub_env) -> dict:
@@ -144,7 +136,7 @@ def test_interrupted_download_resumes_on_next_pull_without_refetching(hub):
     big = os.urandom(24 * 2**20)
     fake.repos["test/big-GGUF"] = {"big-Q4_0.gguf": big}
     fake.cuts = {("test/big-GGUF", "big-Q4_0.gguf"): 6}
-    err = one_line_error(cli(hub, "pull", "big"))
+    err = assert_one_line_error(cli(hub, "pull", "big"), alone=False)
     assert "big-Q4_0.gguf" in err
     assert not models_json(hub)["big"]["pulled"]
     res = cli(hub, "pull", "big")
@@ -158,31 +150,31 @@ def test_interrupted_download_resumes_on_next_pull_without_refetching(hub):
 
 
 def test_gated_repo(hub):
-    err = one_line_error(cli(hub, "pull", "gated"))
+    err = assert_one_line_error(cli(hub, "pull", "gated"), alone=False)
     assert "gated" in err and "HF_TOKEN" in err
 
 
 def test_missing_repository(hub):
-    err = one_line_error(cli(hub, "pull", "nowhere"))
+    err = assert_one_line_error(cli(hub, "pull", "nowhere"), alone=False)
     assert "test/nowhere-GGUF not found" in err and "HF_TOKEN" in err
 
 
 def test_missing_quant_lists_what_exists(hub):
-    err = one_line_error(cli(hub, "pull", "missing"))
+    err = assert_one_line_error(cli(hub, "pull", "missing"), alone=False)
     assert "no Q2_K GGUF" in err and "Q4_K_M" in err and "Q8_0" in err
 
 
 def test_unknown_alias_and_malformed_entry(hub):
-    assert "did you mean 'pair'" in one_line_error(cli(hub, "pull", "pairr"))
-    assert "alias 'broken'" in one_line_error(cli(hub, "pull", "broken"))
-    assert "exactly one of quant or file" in one_line_error(cli(hub, "pull", "broken"))
+    assert "did you mean 'pair'" in assert_one_line_error(cli(hub, "pull", "pairr"), alone=False)
+    assert "alias 'broken'" in assert_one_line_error(cli(hub, "pull", "broken"), alone=False)
+    assert "exactly one of quant or file" in assert_one_line_error(cli(hub, "pull", "broken"), alone=False)
     assert "pair" in models_json(hub)
 
 
 def test_corrupted_download_is_removed_and_reported(hub):
     fake, _, home = hub
     fake.corrupt = {("test/draft-GGUF", "draft-Q8_0.gguf")}
-    err = one_line_error(cli(hub, "pull", "pair"))
+    err = assert_one_line_error(cli(hub, "pull", "pair"), alone=False)
     assert "failed verification" in err and "sha256" in err
     assert not models_json(hub)["pair"]["pulled"]
     draft_sha = hashlib.sha256(fake.repos["test/draft-GGUF"]["draft-Q8_0.gguf"]).hexdigest()
@@ -192,7 +184,7 @@ def test_corrupted_download_is_removed_and_reported(hub):
 
 
 def test_offline_from_cache_and_offline_without_cache(hub):
-    assert "not in the local cache" in one_line_error(cli(hub, "pull", "pair", offline=True))
+    assert "not in the local cache" in assert_one_line_error(cli(hub, "pull", "pair", offline=True), alone=False)
     assert cli(hub, "pull", "pair").returncode == 0
     fake, _, _ = hub
     before = len(fake.requests)
@@ -202,7 +194,7 @@ def test_offline_from_cache_and_offline_without_cache(hub):
 
 
 def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
-    assert "localspec pull pair" in one_line_error(cli(hub, "run", "-m", "pair", "-p", "x"))
+    assert "localspec pull pair" in assert_one_line_error(cli(hub, "run", "-m", "pair", "-p", "x"), alone=False)
     pulled = cli(hub, "pull", "pair")
     assert pulled.returncode == 0 and "next: localspec run -m pair" in pulled.stderr
     assert cli(hub, "pull", "pair2").returncode == 0
@@ -219,8 +211,8 @@ def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
     assert not rows["pair"]["pulled"] and rows["pair2"]["pulled"]
     assert cli(hub, "rm", "pair2").returncode == 0
     assert not draft_file.exists()
-    assert "not pulled" in one_line_error(cli(hub, "rm", "pair2"))
-    assert "unknown model alias 'pair3'; did you mean 'pair'" in one_line_error(cli(hub, "rm", "pair3"))
+    assert "not pulled" in assert_one_line_error(cli(hub, "rm", "pair2"), alone=False)
+    assert "unknown model alias 'pair3'; did you mean 'pair'" in assert_one_line_error(cli(hub, "rm", "pair3"), alone=False)
 
 
 def test_alias_without_draft_on_disk_falls_back_to_ngram(hub):
@@ -236,9 +228,9 @@ def test_an_alias_name_that_would_leave_the_data_folder_is_refused(hub):
     _, _, home = hub
     escaped = '\n["../../../escaped"]\ntarget = { repo = "test/target-GGUF", quant = "Q4_K_M" }\n'
     (home / "registry.toml").write_text(REGISTRY + escaped)
-    error = one_line_error(cli(hub, "pull", "../../../escaped"))
+    error = assert_one_line_error(cli(hub, "pull", "../../../escaped"), alone=False)
     assert "alias name is letters, digits" in error
-    assert one_line_error(cli(hub, "rm", "../../../escaped"))
+    assert assert_one_line_error(cli(hub, "rm", "../../../escaped"), alone=False)
     assert not list(home.rglob("escaped*"))
     assert models_json(hub)["pair"]["pulled"] is False  # the other aliases still work
 
@@ -250,7 +242,7 @@ def test_a_damaged_record_is_listed_repaired_by_pull_and_spares_other_aliases(hu
     record.write_text(record.read_text()[:20])
     rows = models_json(hub)
     assert rows["pair"]["damaged"] and not rows["pair"]["pulled"] and rows["pair2"]["pulled"]
-    assert "damaged" in one_line_error(cli(hub, "run", "-m", "pair", "-p", "x", "-n", "2"))
+    assert "damaged" in assert_one_line_error(cli(hub, "run", "-m", "pair", "-p", "x", "-n", "2"), alone=False)
     assert cli(hub, "rm", "pair2").returncode == 0  # another alias's damaged record is no obstacle
     res = cli(hub, "pull", "pair")
     assert res.returncode == 0, res.stderr
@@ -268,7 +260,7 @@ def test_a_pull_killed_midway_resumes_in_the_next_process(hub):
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_ENDPOINT=url, HF_HOME=str(home / "hf"), XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"),
                LOCALSPEC_REGISTRY=str(home / "registry.toml"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1")
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "pull", "big"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*CLI, "pull", "big"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     blobs = home / "hf" / "hub" / "models--test--big-GGUF" / "blobs"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -323,7 +315,7 @@ target = {{ path = "{tiny.target.parent / 'gone.gguf'}" }}
     assert pulled.returncode == 0 and "nothing to download" in pulled.stderr
     row = models_json(hub)["mine"]
     assert row["pulled"] and row["target_files"] == [str(tiny.target)] and row["draft_files"] == [str(tiny.close)]
-    assert "deletes only what pull downloaded" in one_line_error(cli(hub, "rm", "mine"))
+    assert "deletes only what pull downloaded" in assert_one_line_error(cli(hub, "rm", "mine"), alone=False)
     assert tiny.target.exists()
-    assert "gone.gguf, which does not exist" in one_line_error(cli(hub, "run", "-m", "gone", "-p", "x"))
-    assert "gone.gguf, which does not exist" in one_line_error(cli(hub, "pull", "gone"))
+    assert "gone.gguf, which does not exist" in assert_one_line_error(cli(hub, "run", "-m", "gone", "-p", "x"), alone=False)
+    assert "gone.gguf, which does not exist" in assert_one_line_error(cli(hub, "pull", "gone"), alone=False)

@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 
 from localspec.errors import LocalspecError
-from localspec.models.hub import RemoteFile, resolve_files
-from localspec.models.pulled import PullPlan, check_space
-from localspec.models.registry import FileSpec, load_registry, parse_alias
+from localspec.registry.aliases import FileSpec, load_registry, parse_alias
+from localspec.registry.hub import RemoteFile, resolve_files
+from localspec.registry.pulled import PullPlan, check_space
 
 REQUIRED = {"llama3.1-70b", "llama3.1-8b", "qwen2.5-coder-32b", "qwen2.5-coder-7b", "qwen3-32b", "qwen3-8b", "gemma3-27b"}
 

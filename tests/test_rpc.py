@@ -19,12 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from cli_helpers import CLI, assert_one_line_error, localspec
 from tcp_proxy import Proxy
-from test_cli import CLI, assert_one_line_error, localspec
 
 from localspec.backend import rpc
 from localspec.backend.devices import rpc_available
-from localspec.endpoints import parse_endpoints
+from localspec.backend.endpoints import parse_endpoints
 from localspec.errors import LocalspecError
 
 LONG_PROMPT = "Write a long story about a lighthouse keeper and the sea, chapter by chapter."
@@ -104,10 +104,7 @@ def _ends_with_one_line_error(proc: subprocess.Popen, within: float, fragment: s
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"still running {within} s after the link failed")
-    err = proc.stderr.read().decode()
-    assert proc.returncode != 0 and "Traceback" not in err, err
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: ") and fragment in last, err
+    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.read().decode()), fragment, alone=False)
     return time.monotonic() - t0
 
 

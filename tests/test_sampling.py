@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.sampling import SamplingParams, accept_draft_token, distribution, sample, top_token
+from localspec.sampling.dist import SamplingParams, distribution, top_token
+from localspec.sampling.draws import accept_draft_token, sample
 
 P_VALUE_FLOOR = 1e-3
 
@@ -161,7 +162,7 @@ def test_final_dist_is_the_definition_at_wide_vocabularies(vocab: int, params: S
 
 @pytest.mark.parametrize("vocab", (1000, *WIDE))
 def test_top_ids_are_the_largest_in_order(vocab: int):
-    from localspec.sampling import top_ids
+    from localspec.sampling.dist import top_ids
 
     for seed, n in ((0, 1), (1, 4), (2, 40), (3, 500)):
         logits = _logits(vocab, seed)
@@ -184,7 +185,7 @@ def test_the_wide_paths_copy_no_row_of_the_vocabulary():
     filters: not even a float32 copy of the logits."""
     import tracemalloc
 
-    from localspec.sampling import final_dist
+    from localspec.sampling.dist import final_dist
 
     logits = _logits(262144, 0, top=30.0)
     tracemalloc.start()
@@ -199,7 +200,7 @@ def test_the_wide_paths_copy_no_row_of_the_vocabulary():
 def test_sparse_rule_emits_the_target_distribution(vocab: int):
     """p and q over supports that overlap only in part, at a toy and at a real width: the emitted
     tokens follow p, and never leave its support."""
-    from localspec.sampling import Dist
+    from localspec.sampling.dist import Dist
 
     ids = np.array([3, 4, 5]) if vocab == 6 else np.array([7, 100_000, 262_000])
     p = Dist(np.array([0, *ids]), np.array([0.1, 0.3, 0.4, 0.2]))
@@ -216,7 +217,7 @@ def test_sparse_rule_emits_the_target_distribution(vocab: int):
 
 
 def test_full_support_target_with_a_sparse_draft_emits_the_target_distribution():
-    from localspec.sampling import Dist, final_dist
+    from localspec.sampling.dist import Dist, final_dist
 
     logits = _logits(262144, 5, top=6.0)
     p = final_dist(logits, SamplingParams(1.0, 0, 1.0, 0.0))

@@ -10,7 +10,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ from pathlib import Path
 
 import openai
 import pytest
+from cli_helpers import CLI, assert_one_line_error, localspec
 
-CLI = [sys.executable, "-m", "localspec"]
 PROMPT = "Write a short poem about the sea."
 
 
@@ -116,10 +115,7 @@ def stream_text(chunks) -> tuple[str, list]:
 
 
 def test_openai_client_gives_the_text_of_run_streamed_and_not(served: Served, smollm2_f16: Path, smollm2_q4: Path):
-    run = subprocess.run(
-        [*CLI, "run", "-m", str(smollm2_f16), "-d", str(smollm2_q4), "--ctx", "1024", "-p", PROMPT, "-n", "40", "--temp", "0", "--draft-mode", "fixed", "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    run = localspec("run", "-m", str(smollm2_f16), "-d", str(smollm2_q4), "--ctx", "1024", "-p", PROMPT, "-n", "40", "--temp", "0", "--draft-mode", "fixed", "--json", timeout=300)
     assert run.returncode == 0, run.stderr
     expected = json.loads(run.stdout)["text"]
     client = served.client()
@@ -362,9 +358,9 @@ def test_exposed_without_a_key_warns_and_a_taken_port_is_one_line(smollm2_q4: Pa
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
-        res = subprocess.run([*CLI, "serve", "-m", str(smollm2_q4), "--port", str(taken.getsockname()[1])], capture_output=True, text=True, timeout=120)
+        res = localspec("serve", "-m", str(smollm2_q4), "--port", str(taken.getsockname()[1]))
     assert res.returncode == 1 and res.stderr.strip().startswith("error: cannot listen on 127.0.0.1") and "in use" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    assert_one_line_error(res, "in use")
 
 
 def test_suffix_cache_is_kept_per_api_key_and_off_when_exposed(smollm2_q4: Path, tmp_path: Path):

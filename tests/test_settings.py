@@ -6,13 +6,22 @@ from __future__ import annotations
 import pytest
 
 from localspec.cli.options import request
-from localspec.settings import FIELDS, GENERATION, LOAD, PER_GENERATION, SettingError, Settings, parse
+from localspec.config.settings import (
+    FIELDS,
+    GENERATION,
+    LOAD,
+    PER_GENERATION,
+    SettingError,
+    Settings,
+    parse,
+)
+from localspec.session.generation import generation_config
 
 
 def test_defaults_are_valid_and_build_the_engine_config():
     s = Settings()
     s.validate()
-    config = Settings(temp=0.5, draft_max=7, draft_min=2, draft_p_min=0.4, lookup_min=1, stop=("x",)).generation_config()
+    config = generation_config(Settings(temp=0.5, draft_max=7, draft_min=2, draft_p_min=0.4, lookup_min=1, stop=("x",)))
     assert config.sampling.temperature == 0.5 and config.draft_max == 7 and config.draft_min == 2
     assert config.drafting.p_min == 0.4 and config.drafting.lookup_min == 1 and config.stop == ("x",)
 
@@ -52,11 +61,28 @@ def test_parse_follows_the_field_type():
 
 
 def test_flags_over_command_defaults_over_alias_over_built_in(tiny, monkeypatch):
-    import localspec.loader
-    from localspec.loader import ModelFiles
+    import localspec.session.loader
+    from localspec.session.loader import ModelFiles
 
-    monkeypatch.setattr(localspec.loader, "resolve", lambda m, d, n: (ModelFiles(tiny.target), {"temp": 0.3, "draft_max": 6, "top_k": 7}))
-    given = {"model": "alias", "draft": None, "temp": None, "draft_max": 9, "top_k": None}
-    files, s = request(given, lambda _m: None, top_k=11)
+    monkeypatch.setattr(localspec.session.loader, "resolve", lambda m, d, n: (ModelFiles(tiny.target), {"temp": 0.3, "draft_max": 6, "top_k": 7}))
+    files, s = request("alias", None, {"temp": None, "draft_max": 9, "top_k": None}, lambda _m: None, top_k=11)
     assert files.model == tiny.target
     assert (s.temp, s.draft_max, s.top_k, s.top_p) == (0.3, 9, 11, Settings().top_p)
+
+
+def test_every_setting_is_an_option_of_every_command_that_takes_it():
+    """One entry in the settings record is one option in run, chat and serve (serve alone takes the
+    server's), and in bench unless bench sets it itself; each by the record's flag and short flags."""
+    import typer.main
+
+    from localspec.cli.app import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    bench_sets = {"top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size"}
+    for command in ("run", "chat", "serve", "bench"):
+        opts = {name: set(p.opts) | set(p.secondary_opts) for p in commands[command].params for name in [p.name]}
+        for name, about in FIELDS.items():
+            takes = (command == "serve" or not about.server_only) and (command != "bench" or name not in bench_sets)
+            assert (name in opts) == takes, (command, name)
+            if takes:
+                assert about.flag in opts[name] and set(about.short) <= opts[name], (command, name, opts[name])

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import pytest
-from conftest import assert_greedy_equivalent, model_options, run_engine
+from conftest import assert_greedy_equivalent, model_options
 
 from localspec.backend.model import Model
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.prompt import prompt_tokens
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
+from localspec.session.prompt import prompt_tokens
 
 PROMPTS = [
     "Write a short poem about the sea.",
@@ -27,14 +28,14 @@ def models(smollm2_f16, smollm2_q4):
     with Model(smollm2_f16, model_options(2048)) as target, Model(smollm2_q4, model_options(2048)) as draft:
         prompts = [prompt_tokens(target, p, raw=False) for p in PROMPTS]
         baseline = SpeculativeEngine(target, None)
-        expected = [run_engine(baseline, p, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY)).tokens for p in prompts]
+        expected = [drain(baseline.generate(p, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_mode="fixed"))).tokens for p in prompts]
         yield target, draft, prompts, expected
 
 
 def _check(target, engine, prompts, expected, draft_max=8):
     done_all = []
     for prompt, exp in zip(prompts, expected):
-        done = run_engine(engine, prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_max=draft_max))
+        done = drain(engine.generate(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed")))
         assert len(done.tokens) == N_TOKENS or done.stop_reason == "eos"
         assert_greedy_equivalent(target, prompt, exp, done.tokens)
         done_all.append(done)

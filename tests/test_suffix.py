@@ -16,11 +16,16 @@ from hypothesis import strategies as st
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter, match_kind
+from localspec.drafters.suffix_cache import (
+    SuffixCache,
+    cache_file,
+    read_texts,
+    write_texts,
+)
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree
 from localspec.engine.controller import AutoController, FixedBudget
-from localspec.sampling import SamplingParams
-from localspec.suffix_cache import SuffixCache, cache_file, read_texts, write_texts
+from localspec.sampling.dist import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)
 RNG = np.random.default_rng(0)
@@ -115,7 +120,7 @@ def test_drafter_prefers_a_longer_match_in_earlier_outputs():
     context = [1, 12, 2, 10, 11, 12]  # "12 2" here; "10 11 12 13 ..." in an earlier output
     draft = d.propose(context, FixedBudget(4), GREEDY, RNG)
     assert draft.tokens == [13, 14, 15, 16] and draft.parents is None
-    assert draft.kind == match_kind(3) and draft.source == "suffix"
+    assert draft.key.kind == match_kind(3) and draft.source == "suffix"
 
 
 def test_drafter_chain_follows_the_most_frequent_continuation():
@@ -161,7 +166,9 @@ def test_drafter_keeps_each_output_with_the_end_of_its_prompt():
 
 def test_match_lengths_learn_apart_but_share_one_gate():
     c = AutoController()
-    assert c.gate(match_kind(4)) is c.gate(match_kind(16)) is c.gate("suffix")
+    four, sixteen = (SuffixDrafter.key.of_kind(match_kind(m)) for m in (4, 16))
+    assert four.estimates != sixteen.estimates
+    assert c.gate(four.drafter) is c.gate(sixteen.drafter) is c.gate("suffix")
     assert match_kind(2) != match_kind(8) and match_kind(9) == match_kind(15) and match_kind(40) == match_kind(MATCH_MAX)
     assert MATCH_MAX < DEPTH
 

@@ -6,20 +6,16 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 from pathlib import Path
 
-from test_cli import CLI
+from cli_helpers import localspec
 
 PROMPT = "List five colours and one thing of each colour."
 
 
 def run(cache_home: Path, model: Path, *extra: str) -> tuple[dict, str]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
-    res = subprocess.run(
-        [*CLI, "run", "-m", str(model), "-p", PROMPT, "-n", "40", "--temp", "0", "--lookup-method", "suffix", "--json", *extra],
-        capture_output=True, text=True, timeout=180, env=env,
-    )
+    res = localspec("run", "-m", str(model), "-p", PROMPT, "-n", "40", "--temp", "0", "--lookup-method", "suffix", "--json", *extra, timeout=180, env=env)
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout), res.stderr
 
@@ -58,8 +54,8 @@ def test_no_suffix_cache_writes_nothing_and_damage_is_one_notice(tmp_path: Path,
 def test_cache_clear_empties_the_cache_directory(tmp_path: Path, smollm2_q4: Path):
     run(tmp_path, smollm2_q4)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    shown = subprocess.run([*CLI, "cache", "show"], capture_output=True, text=True, timeout=60, env=env)
+    shown = localspec("cache", "show", timeout=60, env=env)
     assert shown.returncode == 0 and ".bin" in shown.stdout
-    res = subprocess.run([*CLI, "cache", "clear"], capture_output=True, text=True, timeout=60, env=env)
+    res = localspec("cache", "clear", timeout=60, env=env)
     assert res.returncode == 0 and res.stdout.startswith("removed 2 files")  # the cache and its lock
     assert cache_files(tmp_path) == [] and not (tmp_path / "localspec").exists()

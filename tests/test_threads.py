@@ -120,7 +120,7 @@ def test_an_idle_start_tries_nothing():
 def test_other_load_reads_the_machines_busy_time_less_its_own(tmp_path):
     import os
 
-    from localspec.hardware import OtherLoad
+    from localspec.backend.hardware import OtherLoad
 
     stat = tmp_path / "stat"
     tick = os.sysconf("SC_CLK_TCK")

@@ -7,16 +7,17 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import assert_greedy_equivalent, model_options, run_engine
+from conftest import assert_greedy_equivalent, model_options
 from scipy import stats
 
 from localspec.backend.model import Model
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.tree import TreeDrafter
+from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.engine.tree import TreeLayout, verify_tree
-from localspec.prompt import prompt_tokens
-from localspec.sampling import SamplingParams, distribution
+from localspec.engine.tree_verify import TreeLayout, verify_tree
+from localspec.sampling.dist import SamplingParams, distribution
+from localspec.session.prompt import prompt_tokens
 
 GREEDY = SamplingParams(temperature=0.0)
 PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "moon"]
@@ -89,8 +90,8 @@ def tree_target(tiny):
 @pytest.fixture(scope="module")
 def tree_baselines(tree_target):
     engine = SpeculativeEngine(tree_target, None)
-    config = GenerationConfig(max_tokens=80, sampling=GREEDY)
-    return {p: run_engine(engine, tree_target.tokenize(p), config).tokens for p in PROMPTS}
+    config = GenerationConfig(max_tokens=80, sampling=GREEDY, draft_mode="fixed")
+    return {p: drain(engine.generate(tree_target.tokenize(p), config)).tokens for p in PROMPTS}
 
 
 class RecordingTree(TreeDrafter):
@@ -113,7 +114,7 @@ def test_greedy_tree_output_is_identical(tiny, tree_target, tree_baselines, draf
         )
         for prompt, expected in tree_baselines.items():
             prompt_tokens_ = tree_target.tokenize(prompt)
-            done = run_engine(engine, prompt_tokens_, config)
+            done = drain(engine.generate(prompt_tokens_, config))
             assert done.tokens == expected
             assert tree_target.cached == [*prompt_tokens_, *done.tokens[:-1]][: len(tree_target.cached)]
             assert d.cached == [*prompt_tokens_, *done.tokens][: len(d.cached)]
@@ -127,8 +128,8 @@ def test_tree_on_smollm2_matches_target_alone(smollm2_f16, smollm2_q4):
         base = SpeculativeEngine(t, None)
         for text in ("Write a short poem about the sea.", "List three fruits and their colors."):
             prompt = prompt_tokens(t, text, raw=False)
-            expected = run_engine(base, prompt, GenerationConfig(max_tokens=48, sampling=GREEDY)).tokens
-            done = run_engine(engine, prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=6, draft_mode="fixed"))
+            expected = drain(base.generate(prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_mode="fixed"))).tokens
+            done = drain(engine.generate(prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=6, draft_mode="fixed")))
             assert_greedy_equivalent(t, prompt, expected, done.tokens)
             assert done.stats.n_accepted > 0
 
@@ -149,7 +150,7 @@ def test_auto_branches_where_verification_is_cheap_and_not_where_it_is_dear(tiny
         for name, costs in (("cheap", cheap), ("dear", dear)):
             controller = AutoController(costs)
             controller.gate("tree").trial = 0  # judged on the costs alone, not drafting on trial
-            draft = drafter.propose(context, controller.budget(8), GREEDY, rng)
+            draft = drafter.propose(context, controller.plan(8), GREEDY, rng)
             widths[name] = TreeLayout.build(draft.parents).n_seqs if draft.tokens else 0
     assert widths["cheap"] > 1  # the draft's runners-up open side branches when they cost nothing
     assert widths["dear"] <= 1  # and stays a chain (or drafts nothing) when each token is dear

@@ -10,17 +10,16 @@ import subprocess
 import sys
 
 import pyte
-
 from conftest import TinyModels, model_options
 from rich.console import Console
 
 from localspec.backend.model import Model
+from localspec.cli.views.render import summary_line
+from localspec.cli.views.tui import LiveRenderer, LiveStats
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import DoneEvent, GenerationStats, StepEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.cli.views.render import summary_line
-from localspec.sampling import SamplingParams
-from localspec.cli.views.tui import LiveRenderer, LiveStats
+from localspec.sampling.dist import SamplingParams
 
 
 def fake_events():
@@ -95,7 +94,7 @@ def test_long_lines_wrap_as_the_terminal_wraps_them_never_with_an_inserted_newli
 def test_live_render_on_a_real_engine(tiny: TinyModels):
     with Model(tiny.target, model_options()) as t, Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(t, DraftModelDrafter(d), "draft-model")
-        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_max=4)
+        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_max=4, draft_mode="fixed")
         console, out = terminal(80, 24)
         done = LiveRenderer(console, refresh_per_second=50).render(engine.generate(t.tokenize("the cat"), config))
     assert written_text(out.getvalue()).rstrip("\n") == done.text.rstrip("\n")

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import assert_one_line_error, localspec
 from conftest import TinyModels
 
+from localspec.config.user_config import layered, read_config, read_env
 from localspec.errors import LocalspecError
-from localspec.user_config import layered, read_config, read_env
 
 
 def test_a_config_file_names_a_model_and_settings(tmp_path: Path):
@@ -63,8 +62,7 @@ def test_precedence_flag_over_environment_over_config_file(tiny: TinyModels, tmp
     env = {**os.environ, "LOCALSPEC_CONFIG": str(config)}
 
     def run(*args: str, **extra: str) -> dict:
-        res = subprocess.run([sys.executable, "-m", "localspec", "run", "-p", "the cat", "-n", "4", "--json", *args],
-                             capture_output=True, text=True, env={**env, **extra}, timeout=120)
+        res = localspec("run", "-p", "the cat", "-n", "4", "--json", *args, env={**env, **extra})
         assert res.returncode == 0, res.stderr
         return json.loads(res.stdout)
 
@@ -72,14 +70,13 @@ def test_precedence_flag_over_environment_over_config_file(tiny: TinyModels, tmp
     assert out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)} and out["settings"]["draft_max"] == 3
     assert run(LOCALSPEC_DRAFT_MAX="5")["settings"]["draft_max"] == 5
     assert run("--draft-max", "2", LOCALSPEC_DRAFT_MAX="5")["settings"]["draft_max"] == 2
-    shown = subprocess.run([sys.executable, "-m", "localspec", "config", "--json"], capture_output=True, text=True,
-                           env={**env, "LOCALSPEC_TEMP": "0.3"}, timeout=60)
+    shown = localspec("config", "--json", env={**env, "LOCALSPEC_TEMP": "0.3"})
     assert shown.returncode == 0, shown.stderr
     table = json.loads(shown.stdout)
     assert table["model"] == {"value": str(tiny.target), "from": "config file"}
     assert table["settings"]["draft_max"] == {"value": 3, "from": "config file"}
     assert table["settings"]["temp"] == {"value": 0.3, "from": "environment"}
     assert table["settings"]["top_k"]["from"] == "built-in"
-    bad = subprocess.run([sys.executable, "-m", "localspec", "run", "-p", "x"], capture_output=True, text=True,
-                         env={**env, "LOCALSPEC_DRAFT_MAX": "zero"}, timeout=60)
-    assert bad.returncode == 1 and bad.stderr.startswith("error: LOCALSPEC_DRAFT_MAX") and "Traceback" not in bad.stderr
+    bad = localspec("run", "-p", "x", env={**env, "LOCALSPEC_DRAFT_MAX": "zero"})
+    assert bad.returncode == 1 and bad.stderr.startswith("error: LOCALSPEC_DRAFT_MAX")
+    assert_one_line_error(bad)

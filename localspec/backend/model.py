@@ -18,12 +18,12 @@ from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
 from localspec.backend.vocab import tokenize
 from localspec.backend.weights import OutOfMemory, load_weights
-from localspec.defaults import DEFAULT_CTX
 from localspec.errors import LocalspecError
 
 SEQ = 0  # every model here decodes a single sequence
 ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
 CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
+DEFAULT_CTX = 4096  # a context of 0 asks for the model's training context, but at most this
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from localspec.backend.devices import NO_RPC, add_rpc_servers, rpc_available, rpc_function
-from localspec.endpoints import host_port
+from localspec.backend.devices import (
+    NO_RPC,
+    add_rpc_servers,
+    rpc_available,
+    rpc_function,
+)
+from localspec.backend.endpoints import host_port
 from localspec.errors import LocalspecError
 
 # ggml-rpc.h of the llama.cpp that llama-cpp-python pins (pyproject.toml): the client's protocol.

@@ -9,7 +9,6 @@ import typer
 import typer.core
 
 from localspec import __version__
-
 from localspec.cli.bench import bench
 from localspec.cli.cache import cache
 from localspec.cli.chat import chat
@@ -18,6 +17,7 @@ from localspec.cli.pull import models, pull, rm
 from localspec.cli.rpc_server import rpc_server
 from localspec.cli.run import run
 from localspec.cli.serve import serve
+
 
 def _flags_show_no_type(display_type_rich):
     """Typer labels every flag `<bool>` in --help, which reads as if it took a value (`--raw true`

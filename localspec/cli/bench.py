@@ -9,18 +9,26 @@ from typing import Annotated
 
 import typer
 
-from localspec.errors import LocalspecError
-
-from localspec.bench import MODES
+from localspec.bench.runs import MODES
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt, DraftThreadsOpt,
-    GpuLayersOpt, LookupMaxOpt, LookupMinOpt, ModelOpt, RawOpt, ThreadsOpt,
-    VerboseOpt, fail, request, user_errors,
+    BENCHMARK,
+    SETTINGS,
+    DraftOpt,
+    ModelOpt,
+    RawOpt,
+    VerboseOpt,
+    fail,
+    request,
+    takes_settings,
+    user_errors,
 )
+from localspec.errors import LocalspecError
 
 BENCH_MAX_TOKENS = 128
 
 
+# Bench's modes set drafting and lookup; it measures at its own temperature and seed, unfiltered.
+@takes_settings(exclude=("top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size"))
 def bench(
     model: ModelOpt = None,
     draft: DraftOpt = None,
@@ -32,45 +40,39 @@ def bench(
     repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
     temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 (and with --verify coupled at any temperature) every mode is checked token by token against the baseline (default 0).")] = None,
-    cost_profile: Annotated[str | None, typer.Option("--cost-profile", help="Replay the real models under simulated costs and report simulated tokens/s: cpu (the project's 2-core testbed), gpu[:R] (a GPU; draft passes R times cheaper, default 6), drift[:PROFILE] (costs swinging +-30%), or a FILE.json from --record-costs.", rich_help_panel="Benchmark")] = None,
-    record_costs: Annotated[Path | None, typer.Option("--record-costs", help="Write every verification's and draft call's measured cost to FILE.json, to replay this machine elsewhere with --cost-profile FILE.json.", rich_help_panel="Benchmark")] = None,
-    ctx: CtxOpt = None,
-    threads: ThreadsOpt = None,
-    draft_threads: DraftThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = None,
-    draft_gpu_layers: DraftGpuLayersOpt = None,
-    draft_max: DraftMaxOpt = None,
-    draft_min: DraftMinOpt = None,
-    draft_p_min: DraftPMinOpt = None,
-    draft_policy: DraftPolicyOpt = None,
-    verify: VerifyOpt = None,
-    draft_branches: DraftBranchesOpt = None,
-    draft_p_split: DraftPSplitOpt = None,
-    lookup_min: LookupMinOpt = None,
-    lookup_max: LookupMaxOpt = None,
-    rpc: RpcOpt = None,
-    tensor_split: TensorSplitOpt = None,
+    cost_profile: Annotated[str | None, typer.Option("--cost-profile", help="Replay the real models under simulated costs and report simulated tokens/s: cpu (the project's 2-core testbed), gpu[:R] (a GPU; draft passes R times cheaper, default 6), drift[:PROFILE] (costs swinging +-30%), or a FILE.json from --record-costs.", rich_help_panel=BENCHMARK)] = None,
+    record_costs: Annotated[Path | None, typer.Option("--record-costs", help="Write every verification's and draft call's measured cost to FILE.json, to replay this machine elsewhere with --cost-profile FILE.json.", rich_help_panel=BENCHMARK)] = None,
+    flags: dict = SETTINGS,
     raw: RawOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
-    given = dict(locals())
-    from localspec.bench import BenchResult, check_outputs, choose_modes, comparable, load_prompts, make_modes, run_bench, seeded
-    from localspec.bench_suffix import suffix_costs
+    from localspec.bench.profiles import FORMAT, load_profile
+    from localspec.bench.runs import (
+        BenchResult,
+        check_outputs,
+        choose_modes,
+        comparable,
+        load_prompts,
+        make_modes,
+        run_bench,
+        seeded,
+    )
+    from localspec.bench.suffix_costs import suffix_costs
     from localspec.cli.views.bench_view import BenchProgress, render_table
     from localspec.engine.clock import SimulatedClock, WallClock
-    from localspec.engine.profiles import FORMAT, load_profile
     from localspec.json_file import write_json
-    from localspec.loader import load_models
-    from localspec.prompt import prompt_tokens
+    from localspec.session.generation import generation_config
+    from localspec.session.loader import load_models
+    from localspec.session.prompt import prompt_tokens
 
     if repeat < 1 or limit < 0:
         raise fail("--repeat must be >= 1 and --limit >= 0")
     result = BenchResult()
     with user_errors():
-        files, settings = request(given, temp=0.0, max_tokens=BENCH_MAX_TOKENS, seed=0)
+        files, settings = request(model, draft, flags, temp=0.0, max_tokens=BENCH_MAX_TOKENS, seed=0)
         chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], files.draft is not None)
-        config = seeded(settings.generation_config())
+        config = seeded(generation_config(settings))
         if cost_profile and record_costs:
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
         clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)

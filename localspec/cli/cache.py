@@ -10,7 +10,7 @@ cache = typer.Typer(help="The cached files: earlier outputs kept for --lookup-me
 @cache.command()
 def show() -> None:
     """List the cached files and their sizes."""
-    from localspec.suffix_cache import cache_dir, cached_files
+    from localspec.drafters.suffix_cache import cache_dir, cached_files
 
     files = cached_files()
     for p in files:
@@ -21,8 +21,8 @@ def show() -> None:
 @cache.command()
 def clear() -> None:
     """Remove every cached file (the suffix caches hold generated text)."""
-    from localspec.suffix_cache import cache_dir
-    from localspec.suffix_cache import clear as remove
+    from localspec.drafters.suffix_cache import cache_dir
+    from localspec.drafters.suffix_cache import clear as remove
 
     try:
         n, size = remove()

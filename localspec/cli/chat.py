@@ -12,14 +12,19 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
-    DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
-    ModelOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt,
-    request, signals_stop, user_errors,
+    SETTINGS,
+    DraftOpt,
+    ModelOpt,
+    ShowAcceptedOpt,
+    VerboseOpt,
+    request,
+    signals_stop,
+    takes_settings,
+    user_errors,
 )
+from localspec.config.settings import FIELDS, PER_GENERATION
 from localspec.errors import LocalspecError
 from localspec.text_input import from_arg
-from localspec.settings import FIELDS, PER_GENERATION
 
 HELP = f"""commands:
   /help                 this help
@@ -100,52 +105,25 @@ def _setup_history() -> Callable[[], None]:
     return save
 
 
+@takes_settings()
 def chat(
     model: ModelOpt = None,
     draft: DraftOpt = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the last conversation (kept before every reply).")] = False,
-    max_tokens: MaxTokensOpt = None,
-    temp: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    min_p: MinPOpt = None,
-    seed: SeedOpt = None,
-    stop: StopOpt = None,
-    ctx: CtxOpt = None,
-    threads: ThreadsOpt = None,
-    draft_threads: DraftThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = None,
-    draft_gpu_layers: DraftGpuLayersOpt = None,
-    draft_max: DraftMaxOpt = None,
-    draft_min: DraftMinOpt = None,
-    draft_p_min: DraftPMinOpt = None,
-    draft_policy: DraftPolicyOpt = None,
-    verify: VerifyOpt = None,
-    draft_branches: DraftBranchesOpt = None,
-    draft_p_split: DraftPSplitOpt = None,
-    draft_mode: DraftModeOpt = None,
-    lookup: LookupOpt = None,
-    lookup_min: LookupMinOpt = None,
-    lookup_max: LookupMaxOpt = None,
-    lookup_method: LookupMethodOpt = None,
-    suffix_cache: SuffixCacheOpt = None,
-    suffix_cache_size: SuffixCacheSizeOpt = None,
-    rpc: RpcOpt = None,
-    tensor_split: TensorSplitOpt = None,
+    flags: dict = SETTINGS,
     show_accepted: ShowAcceptedOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Chat with the model; the conversation stays in the KV caches of target and draft."""
-    given = dict(locals())
     from rich.console import Console
     from rich.text import Text
 
-    from localspec.chat import ChatSession
     from localspec.cli.views.render import render_plain, summary_line
     from localspec.cli.views.tui import LiveRenderer
-    from localspec.loader import load
-    from localspec.prompt import template_notice
+    from localspec.session.conversation import ChatSession
+    from localspec.session.loader import load
+    from localspec.session.prompt import template_notice
 
     # Bytes that are not UTF-8 reach _read_message as surrogates, which from_arg replaces; without
     # this, input() would raise and end the session.
@@ -155,7 +133,7 @@ def chat(
     # Soft wrap throughout: the terminal wraps what it shows, and piped output keeps its lines whole.
     notify = lambda m: err.print(Text(m, style="yellow"), soft_wrap=True)  # noqa: E731
     with user_errors():
-        files, settings = request(given, seed=secrets.randbits(32))
+        files, settings = request(model, draft, flags, seed=secrets.randbits(32))
         loaded = load(files, settings, verbose=verbose, notify=notify)
     system = from_arg(system, "--system") if system else None
     session = ChatSession(loaded, settings, system, model_name=model or files.model.name, autosave=last_conversation_path())

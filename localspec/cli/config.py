@@ -21,9 +21,16 @@ def config(
     from rich.console import Console
     from rich.table import Table
 
-    from localspec.loader import resolve
-    from localspec.settings import FIELDS
-    from localspec.user_config import config_path, layered, pick, precedence, read_config, read_env
+    from localspec.config.settings import FIELDS
+    from localspec.config.user_config import (
+        config_path,
+        layered,
+        pick,
+        precedence,
+        read_config,
+        read_env,
+    )
+    from localspec.session.loader import resolve
 
     with user_errors():
         file, env = read_config(), read_env()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -11,73 +13,82 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from localspec.defaults import EMBEDDED_NAME
+from localspec.config.defaults import EMBEDDED_NAME
+from localspec.config.settings import (
+    FIELDS,
+    MODEL,
+    RANDOM_SEED,
+    Settings,
+    value_types,
+)
 from localspec.errors import LocalspecError
-from localspec.settings import FIELDS, RANDOM_SEED, Settings, value_types
 
 if TYPE_CHECKING:
-    from localspec.loader import ModelFiles
+    from localspec.session.loader import ModelFiles
 
 EXIT_INTERRUPTED = 130
 
-# Options shared by run, chat and bench. A setting's flag and help come from the settings record
-# (localspec/settings.py); a command's parameter has the setting's name, so `request` finds it.
-# Help groups them in panels; short flags follow llama.cpp's where they clash with nothing here.
-MODEL, DRAFTING, SAMPLING, PERFORMANCE, OUTPUT, SERVER = "Model", "Drafting", "Sampling", "Performance", "Output", "Server"
-PANELS = {
-    "max_tokens": SAMPLING, "temp": SAMPLING, "top_k": SAMPLING, "top_p": SAMPLING, "min_p": SAMPLING,
-    "seed": SAMPLING, "stop": SAMPLING, "verify": SAMPLING, "ctx": MODEL, "threads": PERFORMANCE, "draft_threads": PERFORMANCE,
-    "gpu_layers": PERFORMANCE, "draft_gpu_layers": PERFORMANCE, "slots": SERVER, "rpc": MODEL, "tensor_split": PERFORMANCE,
-}
+# The panels of --help beside those of the settings record's options.
+OUTPUT, BENCHMARK = "Output", "Benchmark"
 
 
-# What a setting's value looks like in --help: its choices, or what it is (a flag shows none).
-METAVARS = {"stop": "TEXT", "rpc": "HOST:PORT,...", "tensor_split": "N,N,..."}
-
-
-def _setting(name: str, *short: str, shown: Any = None) -> Any:
+def _annotation(name: str) -> Any:
+    """A setting's Typer parameter: flags, help, panel and metavar from the record."""
     about = Settings.about(name)
-    default = getattr(Settings(), name) if shown is None else shown
-    switch = value_types(name) == (bool,)
+    default = getattr(Settings(), name)
+    kind = value_types(name)[-1]
+    switch = kind is bool
     flag = f"{about.flag}/--no-{about.key}" if switch else about.flag
     described = switch or default in (None, ()) or "default" in about.help
     text = about.help if described else f"{about.help.rstrip('.')} (default {default})."
-    metavar = "|".join(about.choices) if about.choices else "" if switch else METAVARS.get(name)
-    return typer.Option(*short, flag, help=text, rich_help_panel=PANELS.get(name, DRAFTING), metavar=metavar)
+    metavar = "|".join(about.choices) if about.choices else "" if switch else about.metavar
+    option = typer.Option(*about.short, flag, help=text, rich_help_panel=about.panel, metavar=metavar)
+    typed = list[str] if kind is tuple else kind
+    return Annotated[typed | None, option]  # None: not given, so lower sources decide
+
+
+class _SettingsMarker:
+    def __repr__(self) -> str:
+        return "SETTINGS"
+
+
+SETTINGS: Any = _SettingsMarker()  # the default of the one parameter a command's settings arrive in
+
+
+def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
+    """Give a command one option per setting of the record, in the record's order, where it
+    declares the parameter whose default is SETTINGS; that parameter receives the flags given
+    (field name -> value, None where not given). A command declaring a parameter of a setting's
+    name words that option itself; its value still arrives with the others. Server-only settings
+    go to `serving` commands; `exclude` names those a command sets itself."""
+
+    def wrap(command: Callable) -> Callable:
+        signature = inspect.signature(command, eval_str=True)
+        own = signature.parameters
+        marker = next(name for name, p in own.items() if p.default is SETTINGS)
+        added = [n for n, about in FIELDS.items() if n not in own and n not in exclude and (serving or not about.server_only)]
+        routed = [*added, *(n for n in own if n in FIELDS)]
+        parameters: list[inspect.Parameter] = []
+        for name, p in own.items():
+            if name != marker:
+                parameters.append(p)
+                continue
+            parameters += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_annotation(n)) for n in added]
+
+        @functools.wraps(command)
+        def with_settings(**given: Any) -> Any:
+            flags = {n: given.pop(n, None) for n in routed}
+            return command(**given, **{marker: flags})
+
+        with_settings.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        return with_settings
+
+    return wrap
 
 
 PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", metavar="TEXT", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
 ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).", rich_help_panel=MODEL)]
 DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|none", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
-MaxTokensOpt = Annotated[int | None, _setting("max_tokens", "-n")]
-TempOpt = Annotated[float | None, _setting("temp")]
-TopKOpt = Annotated[int | None, _setting("top_k")]
-TopPOpt = Annotated[float | None, _setting("top_p")]
-MinPOpt = Annotated[float | None, _setting("min_p")]
-SeedOpt = Annotated[int | None, _setting("seed", "-s")]
-StopOpt = Annotated[list[str] | None, _setting("stop")]
-CtxOpt = Annotated[int | None, _setting("ctx", "-c")]
-ThreadsOpt = Annotated[int | None, _setting("threads", "-t")]
-DraftThreadsOpt = Annotated[int | None, _setting("draft_threads", "-td")]
-GpuLayersOpt = Annotated[int | None, _setting("gpu_layers", "-ngl")]
-DraftGpuLayersOpt = Annotated[int | None, _setting("draft_gpu_layers", "-ngld")]
-DraftMaxOpt = Annotated[int | None, _setting("draft_max")]
-DraftMinOpt = Annotated[int | None, _setting("draft_min")]
-DraftPMinOpt = Annotated[float | None, _setting("draft_p_min")]
-DraftModeOpt = Annotated[str | None, _setting("draft_mode")]
-DraftPolicyOpt = Annotated[str | None, _setting("draft_policy")]
-VerifyOpt = Annotated[str | None, _setting("verify")]
-DraftBranchesOpt = Annotated[int | None, _setting("draft_branches")]
-DraftPSplitOpt = Annotated[float | None, _setting("draft_p_split")]
-LookupOpt = Annotated[bool | None, _setting("lookup")]
-LookupMinOpt = Annotated[int | None, _setting("lookup_min")]
-LookupMaxOpt = Annotated[int | None, _setting("lookup_max")]
-LookupMethodOpt = Annotated[str | None, _setting("lookup_method")]
-SuffixCacheOpt = Annotated[bool | None, _setting("suffix_cache")]
-SuffixCacheSizeOpt = Annotated[int | None, _setting("suffix_cache_size")]
-SlotsOpt = Annotated[int | None, _setting("slots")]
-RpcOpt = Annotated[str | None, _setting("rpc")]
-TensorSplitOpt = Annotated[str | None, _setting("tensor_split")]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]
@@ -134,21 +145,22 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
 
 
 def request(
-    given: Mapping[str, Any], notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any
+    model: str | None, draft: str | None, flags: Mapping[str, Any],
+    notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any,
 ) -> tuple[ModelFiles, Settings]:
-    """A command's parameters (its `locals()`, handed over once) as the files to load and the
-    settings: flags given over LOCALSPEC_* variables over the command's own defaults (`defaults_`)
-    over the alias's recommended settings over the config file over the built-in defaults."""
-    from localspec.loader import resolve
-    from localspec.user_config import pick, precedence, read_config, read_env
+    """A command's model, draft and setting flags as the files to load and the settings: flags
+    given over LOCALSPEC_* variables over the command's own defaults (`defaults_`) over the alias's
+    recommended settings over the config file over the built-in defaults."""
+    from localspec.config.user_config import pick, precedence, read_config, read_env
+    from localspec.session.loader import resolve
 
     config, env = read_config(notify=notify), read_env(notify=notify)
-    model, _ = pick("model", given.get("model"), env, config)
-    draft, _ = pick("draft", given.get("draft"), env, config)
+    model, _ = pick("model", model, env, config)
+    draft, _ = pick("draft", draft, env, config)
     files, recommended = resolve(model, draft, notify)
     # --seed -1 asks for a random seed: the command's own (drawn and reported) serves.
-    flags = {k: v for k, v in given.items() if k in FIELDS and v is not None and (k, v) != ("seed", RANDOM_SEED)}
-    sources = precedence(config, recommended, env, defaults_, flags)
+    given = {k: v for k, v in flags.items() if v is not None and (k, v) != ("seed", RANDOM_SEED)}
+    sources = precedence(config, recommended, env, defaults_, given)
     settings = Settings().merged({k: v for _source, values in sources for k, v in values.items()})
     if model is None and files.draft is None:
         lookup = settings.lookup is not False

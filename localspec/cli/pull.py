@@ -21,8 +21,8 @@ def pull(
     from huggingface_hub import constants
 
     from localspec.cli.views.pull_view import PullProgress
-    from localspec.models.pulled import check_space, fetch, plan_pull
-    from localspec.models.registry import load_registry
+    from localspec.registry.aliases import load_registry
+    from localspec.registry.pulled import check_space, fetch, plan_pull
 
     with user_errors():
         entry = load_registry().get(alias)
@@ -56,8 +56,8 @@ def models(
     from rich.console import Console
     from rich.table import Table
 
-    from localspec.models.pulled import DamagedRecord, read_manifest
-    from localspec.models.registry import load_registry
+    from localspec.registry.aliases import load_registry
+    from localspec.registry.pulled import DamagedRecord, read_manifest
 
     with user_errors():
         registry = load_registry()
@@ -108,8 +108,8 @@ def models(
 
 def rm(alias: Annotated[str, typer.Argument(metavar="ALIAS", help="A pulled alias.")]) -> None:
     """Delete an alias's downloaded files (those another pulled alias uses stay)."""
-    from localspec.models.pulled import read_manifest_or_none, remove_alias
-    from localspec.models.registry import load_registry
+    from localspec.registry.aliases import load_registry
+    from localspec.registry.pulled import read_manifest_or_none, remove_alias
 
     with user_errors():
         entry = load_registry().aliases.get(alias)  # one no longer listed may still have files to free

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
+from localspec.backend.endpoints import is_loopback
 from localspec.cli.options import fail, user_errors
-from localspec.endpoints import is_loopback
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
 
@@ -30,8 +30,8 @@ def rpc_server(
 
     llama.cpp's RPC server, of the client's own build; one client at a time, until Ctrl-C or SIGTERM."""
     from localspec.backend import devices as ggml
+    from localspec.backend.hardware import physical_cores
     from localspec.backend.rpc import serve
-    from localspec.hardware import physical_cores
 
     if not ggml.rpc_available():
         raise fail(ggml.NO_RPC)

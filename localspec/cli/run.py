@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import secrets
 import sys
 import threading
@@ -12,47 +11,31 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import (
-    CtxOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftOpt, DraftPMinOpt, DraftPolicyOpt, VerifyOpt, DraftBranchesOpt, DraftPSplitOpt,
-    DraftModeOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MaxTokensOpt, MinPOpt,
-    ModelOpt, PromptOpt, RawOpt, SeedOpt, ShowAcceptedOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt,
-    MODEL, OUTPUT, VerboseOpt, fail, request, signals_stop, user_errors,
+    MODEL,
+    OUTPUT,
+    SETTINGS,
+    DraftOpt,
+    ModelOpt,
+    PromptOpt,
+    RawOpt,
+    ShowAcceptedOpt,
+    VerboseOpt,
+    fail,
+    request,
+    signals_stop,
+    takes_settings,
+    user_errors,
 )
 
 
+@takes_settings()
 def run(
     text: Annotated[str | None, typer.Argument(metavar="[PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin).", show_default=False)] = None,
     prompt: PromptOpt = None,
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL)] = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    max_tokens: MaxTokensOpt = None,
-    temp: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    min_p: MinPOpt = None,
-    seed: SeedOpt = None,
-    stop: StopOpt = None,
-    ctx: CtxOpt = None,
-    threads: ThreadsOpt = None,
-    draft_threads: DraftThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = None,
-    draft_gpu_layers: DraftGpuLayersOpt = None,
-    draft_max: DraftMaxOpt = None,
-    draft_min: DraftMinOpt = None,
-    draft_p_min: DraftPMinOpt = None,
-    draft_policy: DraftPolicyOpt = None,
-    verify: VerifyOpt = None,
-    draft_branches: DraftBranchesOpt = None,
-    draft_p_split: DraftPSplitOpt = None,
-    draft_mode: DraftModeOpt = None,
-    lookup: LookupOpt = None,
-    lookup_min: LookupMinOpt = None,
-    lookup_max: LookupMaxOpt = None,
-    lookup_method: LookupMethodOpt = None,
-    suffix_cache: SuffixCacheOpt = None,
-    suffix_cache_size: SuffixCacheSizeOpt = None,
-    rpc: RpcOpt = None,
-    tensor_split: TensorSplitOpt = None,
+    flags: dict = SETTINGS,
     raw: RawOpt = False,
     show_accepted: ShowAcceptedOpt = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT)] = False,
@@ -60,13 +43,18 @@ def run(
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
-    given = dict(locals())
     from rich.console import Console
 
-    from localspec.cli.views.render import collect, render_plain, result_json, summary_line
+    from localspec.cli.views.render import (
+        collect,
+        render_plain,
+        result_json,
+        summary_line,
+    )
     from localspec.cli.views.tui import LiveRenderer
-    from localspec.loader import load
-    from localspec.prompt import prompt_tokens, template_notice
+    from localspec.session.generation import generation_config
+    from localspec.session.loader import load
+    from localspec.session.prompt import prompt_tokens, template_notice
     from localspec.text_input import from_arg, read_file, read_stdin
 
     given_as = [name for name, value in (("PROMPT", text), ("-p", prompt), ("-f", file)) if value is not None]
@@ -83,16 +71,15 @@ def run(
         # No prompt at a terminal: a conversation, as ollama does, with the same options.
         from localspec.cli.chat import chat
 
-        wanted = inspect.signature(chat).parameters
-        chat(**{k: v for k, v in given.items() if k in wanted})
+        chat(model=model, draft=draft, show_accepted=show_accepted, verbose=verbose, **flags)
         return
     if not prompt:
         raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
     with user_errors():
         notify = (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True))
-        files, settings = request(given, notify, seed=secrets.randbits(32))
-        config = settings.generation_config()
+        files, settings = request(model, draft, flags, notify, seed=secrets.randbits(32))
+        config = generation_config(settings)
         loaded = load(files, settings, cancel, verbose, notify=notify)
         try:
             notice = None if raw else template_notice(loaded.target)

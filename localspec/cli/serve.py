@@ -9,17 +9,24 @@ from typing import Annotated
 
 import typer
 
+from localspec.backend.endpoints import is_loopback
 from localspec.cli.options import (
-    SERVER, CtxOpt, DraftBranchesOpt, DraftGpuLayersOpt, RpcOpt, TensorSplitOpt, DraftMaxOpt, DraftMinOpt, DraftModeOpt, DraftOpt, DraftPMinOpt,
-    DraftPolicyOpt, DraftPSplitOpt, DraftThreadsOpt, GpuLayersOpt, LookupMaxOpt, LookupMethodOpt, SuffixCacheOpt, SuffixCacheSizeOpt, LookupMinOpt, LookupOpt, MinPOpt, ModelOpt,
-    SAMPLING, SeedOpt, SlotsOpt, StopOpt, TempOpt, ThreadsOpt, TopKOpt, TopPOpt, VerboseOpt, VerifyOpt, fail, request, user_errors,
+    SETTINGS,
+    DraftOpt,
+    ModelOpt,
+    VerboseOpt,
+    fail,
+    request,
+    takes_settings,
+    user_errors,
 )
-from localspec.endpoints import is_loopback
-from localspec.user_config import API_KEY_ENV
+from localspec.config.settings import SAMPLING, SERVER
+from localspec.config.user_config import API_KEY_ENV
 
 UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the context is full
 
 
+@takes_settings(serving=True)
 def serve(
     model: ModelOpt = None,
     draft: DraftOpt = None,
@@ -29,49 +36,21 @@ def serve(
     max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
     cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
     shutdown_timeout: Annotated[float, typer.Option("--shutdown-timeout", min=0, help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is cancelled.", rich_help_panel=SERVER)] = 10.0,
-    slots: SlotsOpt = None,
     max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", min=1, help="Most tokens of a reply whose request sets no limit (default: until it ends or the context is full).", rich_help_panel=SAMPLING)] = None,
-    temp: TempOpt = None,
-    top_k: TopKOpt = None,
-    top_p: TopPOpt = None,
-    min_p: MinPOpt = None,
-    seed: SeedOpt = None,
-    stop: StopOpt = None,
-    ctx: CtxOpt = None,
-    threads: ThreadsOpt = None,
-    draft_threads: DraftThreadsOpt = None,
-    gpu_layers: GpuLayersOpt = None,
-    draft_gpu_layers: DraftGpuLayersOpt = None,
-    draft_max: DraftMaxOpt = None,
-    draft_min: DraftMinOpt = None,
-    draft_p_min: DraftPMinOpt = None,
-    draft_policy: DraftPolicyOpt = None,
-    verify: VerifyOpt = None,
-    draft_branches: DraftBranchesOpt = None,
-    draft_p_split: DraftPSplitOpt = None,
-    draft_mode: DraftModeOpt = None,
-    lookup: LookupOpt = None,
-    lookup_min: LookupMinOpt = None,
-    lookup_max: LookupMaxOpt = None,
-    lookup_method: LookupMethodOpt = None,
-    suffix_cache: SuffixCacheOpt = None,
-    suffix_cache_size: SuffixCacheSizeOpt = None,
-    rpc: RpcOpt = None,
-    tensor_split: TensorSplitOpt = None,
+    flags: dict = SETTINGS,
     verbose: VerboseOpt = False,
 ) -> None:
     """Serve the model over an OpenAI-compatible API, speculating on every request.
 
     Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
-    given = dict(locals())
     import uvicorn
 
-    from localspec.loader import load, names_file
-    from localspec.server.app import Server, ServeConfig
+    from localspec.server.app import ServeConfig, Server
+    from localspec.session.loader import load, names_file
 
     notify = lambda m: typer.echo(m, err=True)  # noqa: E731
     with user_errors():
-        files, settings = request(given, notify, max_tokens=UNTIL_CONTEXT)
+        files, settings = request(model, draft, flags, notify, max_tokens=UNTIL_CONTEXT)
         sock = _listen(host, port)
         if settings.lookup_method == "suffix" and settings.suffix_cache and not is_loopback(host):
             # What one client generated would speed up (and so show through the timing of) another's.

@@ -4,13 +4,14 @@ a budget that a draft-length controller (engine/controller.py) or a fixed cap se
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
 
-from localspec import defaults
-from localspec.sampling import Coupling, Dist, SamplingParams
+from localspec.config import defaults
+from localspec.sampling.dist import Dist, SamplingParams
+from localspec.sampling.draws import Coupling
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,25 @@ class DraftSettings:
     lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
 
 
+@dataclass(frozen=True)
+class DraftKey:
+    """Whom a proposal's outcome is credited to. `drafter` owns the call's cost and the verdict on
+    whether its drafting pays (trial, benching, probes); `kind` names what acceptance is learned
+    for, when a drafter tells its proposals apart (prompt lookup: per match length); `lookup`
+    marks text found rather than predicted, whose winning probe may be luck (a match that went on)."""
+
+    drafter: str = ""
+    kind: str = ""
+    lookup: bool = False
+
+    @property
+    def estimates(self) -> str:
+        return self.kind or self.drafter
+
+    def of_kind(self, kind: str) -> DraftKey:
+        return replace(self, kind=kind)
+
+
 class Budget(Protocol):
     """How far a drafter may draft this step; the engine's controller implements it."""
 
@@ -31,19 +51,20 @@ class Budget(Protocol):
     # consulting --draft-p-min, `keep` or `extend`, so that whether a sampled token is proposed never
     # depends on its value (a draft cut short after sampling would not be lossless).
     floor: int
+    asked: DraftKey | None  # the drafter this budget let draft (the step is credited to it)
 
-    def limit(self, source: str, calibrated: bool = False) -> int:
-        """The most tokens `source` may draft this step (calibrated: it will ask `keep` and
+    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
+        """The most tokens `key` may draft this step (calibrated: it will ask `keep` and
         `extend` token by token, so only whether to draft at all is decided here)."""
 
-    def acceptance(self, source: str, confidence: float) -> float:
+    def acceptance(self, key: DraftKey, confidence: float) -> float:
         """How likely a token drafted with this confidence is accepted, once all before it were."""
 
-    def keep(self, source: str, path_p: float, n: int) -> bool:
+    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         """Whether the n-th drafted token (1-based), accepted with probability path_p together with
         all tokens before it, is worth verifying."""
 
-    def extend(self, source: str, path_p: float, n: int) -> bool:
+    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
         """Whether drafting an (n+1)-th token after the n-th (path probability path_p) pays."""
 
 
@@ -53,21 +74,18 @@ class Draft:
     # The distribution each token was sampled from, when the drafter samples; None marks
     # deterministic proposals, which the target verifies as one-hot drafts.
     probs: list[Dist] | None = None
-    source: str = ""
+    key: DraftKey = field(default_factory=DraftKey)
     # For a draft tree: each token's parent (an earlier index, or -1 for the context's last token).
     # None means a chain, each token following the one before.
     parents: list[int] | None = None
     # How sure the drafter was of each token (its probability under the draft), for the
     # controller to calibrate; None when the drafter has no such measure.
     confidences: list[float] | None = None
-    # What the draft-length controller learns acceptance for (a drafter may tell its kinds of
-    # proposal apart); empty means the source.
-    kind: str = ""
     passes: int = 0  # draft-model passes this proposal took (what its call cost is modelled by)
 
     @property
-    def key(self) -> str:
-        return self.kind or self.source
+    def source(self) -> str:
+        return self.key.drafter
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -75,6 +93,7 @@ class Draft:
 
 class Drafter(Protocol):
     name: str
+    key: DraftKey  # what its proposals are credited to (a lookup adds its match length as kind)
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         """A new generation starts from `context` (the whole prompt) under `settings`: index or
@@ -84,7 +103,7 @@ class Drafter(Protocol):
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        """Propose up to budget.limit(self.name) tokens that continue `context`."""
+        """Propose up to budget.limit(self.key) tokens that continue `context`."""
 
     def end(self, context: Sequence[int]) -> None:
         """The generation begun last ended with `context` (a drafter that learns across

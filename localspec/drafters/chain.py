@@ -6,12 +6,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Budget, Draft, Drafter, DraftSettings
-from localspec.sampling import Coupling, SamplingParams
+from localspec.drafters.base import Budget, Draft, Drafter, DraftKey, DraftSettings
+from localspec.sampling.dist import SamplingParams
+from localspec.sampling.draws import Coupling
 
 
 class ChainDrafter:
     name = "chain"
+    key = DraftKey("chain")
 
     def __init__(self, drafters: Sequence[Drafter]) -> None:
         self.drafters = list(drafters)
@@ -23,7 +25,7 @@ class ChainDrafter:
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        draft = Draft(source=self.name)
+        draft = Draft(key=self.key)
         for d in self.drafters:
             draft = d.propose(context, budget, params, rng)
             if draft.tokens:

@@ -7,9 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backend.model import Model
-from localspec.drafters.base import Budget, Draft, DraftSettings
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import Coupling, SamplingParams, final_dist, sample, top_token
+from localspec.sampling.dist import SamplingParams, final_dist, top_token
+from localspec.sampling.draws import Coupling, sample
 
 
 class DraftModelDrafter:
@@ -22,6 +23,7 @@ class DraftModelDrafter:
     proposed; what it turned out to be may only decide whether drafting goes on after it."""
 
     name = "draft-model"
+    key = DraftKey("draft-model")
 
     def __init__(self, model: Model, target_vocab: int | None = None) -> None:
         self.model = model
@@ -39,10 +41,10 @@ class DraftModelDrafter:
         coupled = self.coupling if not params.greedy else None
         # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
         one_hot = params.greedy or self.settings.policy == "greedy" or coupled is not None
-        draft = Draft(probs=None if one_hot else [], source=self.name, confidences=[])
+        draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[])
         if not self.view.knows(context[-1]):
             return draft
-        max_tokens = budget.limit(self.name, calibrated=True)
+        max_tokens = budget.limit(self.key, calibrated=True)
         if max_tokens < 1:
             return draft
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
@@ -57,8 +59,8 @@ class DraftModelDrafter:
                 confidence = q.top()
             if n > budget.floor and confidence < self.settings.p_min:
                 break
-            path_p *= budget.acceptance(self.name, confidence)
-            if not budget.keep(self.name, path_p, n):
+            path_p *= budget.acceptance(self.key, confidence)
+            if not budget.keep(self.key, path_p, n):
                 break
             if q is not None:
                 token = coupled.choose(q, len(context) + n - 1) if coupled else sample(q, rng)
@@ -66,7 +68,7 @@ class DraftModelDrafter:
             draft.confidences.append(confidence)  # type: ignore[union-attr]
             if draft.probs is not None:
                 draft.probs.append(q)  # type: ignore[arg-type]
-            if not budget.extend(self.name, path_p, n):
+            if not budget.extend(self.key, path_p, n):
                 break
             logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
         draft.passes = self.model.passes - passes

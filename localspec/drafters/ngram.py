@@ -10,12 +10,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localspec.drafters.base import Budget, Draft, DraftSettings
-from localspec.sampling import Coupling, SamplingParams
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
+from localspec.sampling.dist import SamplingParams
+from localspec.sampling.draws import Coupling
 
 
 class NgramDrafter:
     name = "ngram"
+    key = DraftKey("ngram", lookup=True)
 
     def __init__(self) -> None:
         self.begin((), DraftSettings())
@@ -62,12 +64,12 @@ class NgramDrafter:
     ) -> Draft:
         n, pos = self.match(context)
         if not n:
-            return Draft(source=self.name)
+            return Draft(key=self.key)
         # Longer matches predict better: the controller keeps an acceptance estimate per length.
-        kind = f"{self.name}-{n}"
-        limit = budget.limit(kind)
+        key = self.key.of_kind(f"{self.name}-{n}")
+        limit = budget.limit(key)
         tokens = self._tokens[pos : min(pos + limit, len(self._tokens))] if limit > 0 else []
-        return Draft(tokens, None, self.name, kind=kind)
+        return Draft(tokens, None, key)
 
     def end(self, context: Sequence[int]) -> None:
         return None

@@ -17,14 +17,15 @@ from typing import Protocol
 
 import numpy as np
 
-from localspec.drafters.base import Budget, Draft, DraftSettings
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree, Trie
-from localspec.sampling import Coupling, SamplingParams
+from localspec.sampling.dist import SamplingParams
+from localspec.sampling.draws import Coupling
 
 
 class Memory(Protocol):
-    """Earlier outputs (localspec/suffix_cache.py keeps them on disk)."""
+    """Earlier outputs (suffix_cache.py keeps them on disk)."""
 
     def index(self) -> SuffixIndex | None:
         """What is indexed, or None while it is not there yet."""
@@ -40,6 +41,7 @@ def match_kind(m: int) -> str:
 
 class SuffixDrafter:
     name = "suffix"
+    key = DraftKey("suffix", lookup=True)
 
     def __init__(self, memory: Memory | None = None, branches: int = 1) -> None:
         self.memory = memory
@@ -69,10 +71,10 @@ class SuffixDrafter:
     ) -> Draft:
         m, trie, node = self.match(context)
         if not m:
-            return Draft(source=self.name)
-        kind = match_kind(m)
-        limit = budget.limit(kind, calibrated=True)
-        draft = Draft(source=self.name, kind=kind, parents=[], confidences=[])
+            return Draft(key=self.key)
+        key = self.key.of_kind(match_kind(m))
+        limit = budget.limit(key, calibrated=True)
+        draft = Draft(key=key, parents=[], confidences=[])
         # Candidates, surest first: (-path_p, order, trie node, token, parent in the draft, frequency).
         heap: list[tuple[float, int, int, int, int, float]] = []
         order = 0
@@ -83,7 +85,7 @@ class SuffixDrafter:
                 if rank and (self.branches < 2 or freq <= self.settings.p_split):
                     break
                 # A runner-up is the target's choice only where the top one is not: taken at its word.
-                p = path_p * (freq if rank else budget.acceptance(kind, freq))
+                p = path_p * (freq if rank else budget.acceptance(key, freq))
                 heapq.heappush(heap, (-p, order, child, token, parent, freq))
                 order += 1
 
@@ -95,7 +97,7 @@ class SuffixDrafter:
             opens = parent in has_child  # a second child: one more branch (leaf) in the tree
             if opens and leaves >= self.branches:
                 continue
-            if not budget.keep(kind, -neg_p, len(draft.tokens) + 1):
+            if not budget.keep(key, -neg_p, len(draft.tokens) + 1):
                 break  # every candidate left is less likely still
             leaves += opens or parent == -1
             has_child.add(parent)

@@ -4,7 +4,7 @@ a new branch, up to `branches` of them; all branches together draft at most the 
 
 Branches are separate sequences of the draft's unified KV cache, forked with llama_memory_seq_cp,
 and each drafting round decodes the newest token of every live branch in one batch. Proposals are
-the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree.py). Under
+the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree_verify.py). Under
 the auto controller every node, a branch's top token or a side branch alike, must also be worth
 its place in the wider target pass: its calibrated chance of being accepted along with its whole
 path has to beat what the extra verified token costs. Where verification is cheap (GPUs) trees
@@ -19,9 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from localspec.backend.model import Model
-from localspec.drafters.base import Budget, Draft, DraftSettings
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.view import DraftView
-from localspec.sampling import Coupling, SamplingParams, final_dist, top_ids, top_token
+from localspec.sampling.dist import SamplingParams, final_dist, top_ids, top_token
+from localspec.sampling.draws import Coupling
 
 
 @dataclass
@@ -35,6 +36,7 @@ class _Branch:
 
 class TreeDrafter:
     name = "tree"
+    key = DraftKey("tree")
 
     def __init__(self, model: Model, branches: int = 4, target_vocab: int | None = None) -> None:
         if branches > model.options.n_seq_max:
@@ -64,10 +66,10 @@ class TreeDrafter:
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
     ) -> Draft:
-        draft = Draft(source=self.name, parents=[], confidences=[])
+        draft = Draft(key=self.key, parents=[], confidences=[])
         if not self.view.knows(context[-1]):
             return draft
-        limit = budget.limit(self.name, calibrated=True)
+        limit = budget.limit(self.key, calibrated=True)
         if limit < 1:
             return draft
         model = self.model
@@ -90,8 +92,8 @@ class TreeDrafter:
                             break
                         # A side candidate is the target's choice only where the top one is not:
                         # it is taken at its word, never at the top tokens' calibrated rate.
-                        path_p = br.path_p * (confidence if rank else budget.acceptance(self.name, confidence))
-                        if not budget.keep(self.name, path_p, len(draft.tokens) + 1):
+                        path_p = br.path_p * (confidence if rank else budget.acceptance(self.key, confidence))
+                        if not budget.keep(self.key, path_p, len(draft.tokens) + 1):
                             break  # the candidates after this one are less likely still
                         if rank:
                             model.copy_seq(br.seq, n_seqs)  # the new branch shares everything so far
@@ -102,7 +104,7 @@ class TreeDrafter:
                         draft.parents.append(br.last)  # type: ignore[union-attr]
                         draft.confidences.append(confidence)  # type: ignore[union-attr]
                         grown.append(_Branch(seq, len(draft.tokens) - 1, br.order, br.probs, path_p))
-                grown = [b for b in grown if budget.extend(self.name, b.path_p, len(draft.tokens))]
+                grown = [b for b in grown if budget.extend(self.key, b.path_p, len(draft.tokens))]
                 if not grown:
                     break  # the last round's tokens need no evaluation
                 logits = model.decode_tree(

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.drafters.base import Budget
+from localspec.drafters.base import DraftKey
 from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, Realized, SourceEstimates, expected_tokens
 
@@ -59,17 +59,18 @@ FLAT_TOLERANCE = 0.03
 class FixedBudget:
     cap: int
     floor: int = 0
+    asked: DraftKey | None = None  # a fixed length is nobody's verdict to record
 
-    def limit(self, source: str, calibrated: bool = False) -> int:
+    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
         return self.cap
 
-    def acceptance(self, source: str, confidence: float) -> float:
+    def acceptance(self, key: DraftKey, confidence: float) -> float:
         return confidence
 
-    def keep(self, source: str, path_p: float, n: int) -> bool:
+    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         return n <= self.cap
 
-    def extend(self, source: str, path_p: float, n: int) -> bool:
+    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
         return n < self.cap
 
 
@@ -97,13 +98,12 @@ class AutoController:
     _tokens: float = 0.0
     _seconds: float = 0.0
     _since_plain: int = 0
-    _asked: str | None = None  # the source asked to draft this step
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
 
-    def gate(self, name: str) -> _Gate:
-        return self._gates.setdefault(_kind(name), _Gate())
+    def gate(self, drafter: str) -> _Gate:
+        return self._gates.setdefault(drafter, _Gate())
 
     def estimates(self, name: str) -> SourceEstimates:
         return self._estimates.setdefault(name, SourceEstimates())
@@ -111,16 +111,16 @@ class AutoController:
     def plain_rate(self) -> float:
         return 1.0 / self.costs.verify(1)
 
-    def _rates(self, name: str, cap: int) -> list[float]:
-        alphas = self.estimates(name).alphas(cap)
+    def _rates(self, key: DraftKey, cap: int) -> list[float]:
+        alphas = self.estimates(key.estimates).alphas(cap)
         rates = [GAIN_MARGIN * self.plain_rate()]
         for k in range(1, cap + 1):
-            rates.append(expected_tokens(alphas, k) / (self.costs.draft(_kind(name), k) + self.costs.verify(k + 1)))
+            rates.append(expected_tokens(alphas, k) / (self.costs.draft(key.drafter, k) + self.costs.verify(k + 1)))
         return rates
 
-    def best_length(self, name: str, cap: int) -> int:
+    def best_length(self, key: DraftKey, cap: int) -> int:
         """The k in [0, cap] with the most expected tokens per second."""
-        rates = self._rates(name, cap)
+        rates = self._rates(key, cap)
         best = max(range(cap + 1), key=rates.__getitem__)
         if best == 0:
             return 0
@@ -134,48 +134,49 @@ class AutoController:
         realized = self._tokens / self._seconds if self._seconds > 0 else 0.0
         return max(realized, self.plain_rate())
 
-    def budget(self, cap: int, floor: int = 0) -> Budget:
+    def plan(self, cap: int, floor: int = 0) -> _AutoBudget:
+        """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
+        (`asked`), for `record_step` to credit the step to."""
         return _AutoBudget(self, cap, min(floor, cap))
 
-    def limit(self, name: str, cap: int, calibrated: bool) -> tuple[int, int]:
-        """(the most tokens `name` may draft this step, how many it must draft unconditionally)."""
-        st = self.gate(name)
+    def limit(self, key: DraftKey, cap: int, calibrated: bool) -> tuple[int, int]:
+        """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
+        st = self.gate(key.drafter)
         st.probing = False
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
         if st.trial > 0:
-            k, floor = (cap if calibrated else max(self.best_length(name, cap), TRIAL_LENGTH)), TRIAL_LENGTH
+            k, floor = (cap if calibrated else max(self.best_length(key, cap), TRIAL_LENGTH)), TRIAL_LENGTH
         elif st.benched:
             st.idle_steps += 1
             if st.idle_steps < st.probe_interval:
                 return 0, 0
             st.idle_steps, st.probing = 0, True
-            k, floor = (cap if calibrated else max(self.best_length(name, cap), PROBE_LENGTH)), PROBE_LENGTH
+            k, floor = (cap if calibrated else max(self.best_length(key, cap), PROBE_LENGTH)), PROBE_LENGTH
         else:
-            best = self.best_length(name, cap)
-            if best == 0 and name == _kind(name):
-                self._bench(name, "its estimated gain does not cover its cost")
+            best = self.best_length(key, cap)
+            if best == 0 and not key.kind:
+                self._bench(key.drafter, "its estimated gain does not cover its cost")
                 return 0, 0
             k, floor = (cap if calibrated else best), 0
             if best == 0:  # a lookup match length that does not pay: it sits out, and rechecks now and then
-                wait = self._sat_out.setdefault(name, [0, RECHECK_AFTER])
+                wait = self._sat_out.setdefault(key.estimates, [0, RECHECK_AFTER])
                 wait[0] += 1
                 if wait[0] < wait[1]:
                     return 0, 0
                 wait[:] = [0, min(2 * wait[1], 4 * MAX_PROBE_INTERVAL)]
                 k, floor = PROBE_LENGTH, PROBE_LENGTH
             else:
-                self._sat_out.pop(name, None)
-        self._asked = name
+                self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
 
-    def pays(self, name: str, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
+    def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
         before it) with probability path_p, later ones as the per-position estimates say (runs of
         acceptance make later positions surer than a token's own confidence tells), and tokens
         past `paid` must still be drafted."""
-        alphas = self.estimates(name).alphas(cap)
-        per_pass = self.costs.draft(_kind(name), 2) - self.costs.draft(_kind(name), 1)
+        alphas = self.estimates(key.estimates).alphas(cap)
+        per_pass = self.costs.draft(key.drafter, 2) - self.costs.draft(key.drafter, 1)
         base = self.costs.verify(n)
         gain, p = 0.0, path_p
         for m in range(n, cap + 1):
@@ -185,40 +186,40 @@ class AutoController:
             p *= alphas[m] if m < cap else 0.0
         return False
 
-    def update(self, name: str, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
-        """Learn from a verified draft of `name`: `judged` pairs each drafted token the target
+    def update(self, key: DraftKey, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
+        """Learn from a verified draft of `key`: `judged` pairs each drafted token the target
         judged with its draft confidence and whether it was accepted."""
         if drafted:
-            self.estimates(name).observe(drafted, accepted, judged)
+            self.estimates(key.estimates).observe(drafted, accepted, judged)
 
-    def record_step(self, drafted: int, emitted: int, seconds: float) -> None:
+    def record_step(self, asked: DraftKey | None, drafted: int, emitted: int, seconds: float) -> None:
         """Count a step (`drafted` tokens verified, `emitted` tokens, `seconds` for drafting and
-        verification) towards realized throughput."""
+        verification) towards realized throughput, and towards the verdict on `asked`, the drafter
+        the step's budget let draft (its `asked`)."""
         plain = self.plain_rate()
-        if self._asked is not None:
-            st = self.gate(self._asked)
+        if asked is not None:
+            st = self.gate(asked.drafter)
             st.realized.add(emitted, seconds, plain)
             if st.probing:
-                self._after_probe(self._asked, emitted >= plain * seconds)
+                self._after_probe(asked, emitted >= plain * seconds)
             elif st.trial > 0:
                 st.trial -= 1
             elif st.realized.losing():
-                self._bench(self._asked, f"its steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
-            self._asked = None
+                self._bench(asked.drafter, f"its steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
 
-    def _bench(self, name: str, why: str) -> None:
-        st = self.gate(name)
+    def _bench(self, drafter: str, why: str) -> None:
+        st = self.gate(drafter)
         if not st.benched:
-            self.notes.append(f"{_kind(name)} stopped drafting: {why}")
+            self.notes.append(f"{drafter} stopped drafting: {why}")
         st.benched, st.idle_steps = True, 0
 
-    def _after_probe(self, name: str, won: bool) -> None:
-        st = self.gate(name)
+    def _after_probe(self, key: DraftKey, won: bool) -> None:
+        st = self.gate(key.drafter)
         st.probing, st.wins = False, st.wins + 1 if won else 0
-        if st.wins >= (LOOKUP_PROBE_WINS if _is_lookup(name) else 1):
+        if st.wins >= (LOOKUP_PROBE_WINS if key.lookup else 1):
             # Fresh evidence from here: a trial, its realized throughput counted anew.
             st.benched, st.trial, st.probe_interval, st.wins = False, TRIAL_STEPS, FIRST_PROBE_AFTER, 0
             st.realized.scale(0.2)
@@ -228,47 +229,39 @@ class AutoController:
             st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
 
 
-def _is_lookup(name: str) -> bool:
-    return name.startswith(("ngram", "suffix"))
-
-
-def _kind(name: str) -> str:
-    """The drafter a proposal kind belongs to (prompt lookup learns acceptance per match length,
-    but every kind costs the same call and shares one gate)."""
-    return name.split("-", 1)[0] if _is_lookup(name) else name
-
-
 @dataclass
 class _AutoBudget:
     controller: AutoController
     cap: int
     floor: int = 0  # --draft-min; raised for a step on trial or probing
+    asked: DraftKey | None = None  # the drafter let draft this step, last asked
     _rate_now: float | None = None
 
-    def _rate(self, name: str) -> float:
+    def _rate(self) -> float:
         if self._rate_now is None:
             self._rate_now = self.controller.rate()
         return self._rate_now
 
-    def limit(self, name: str, calibrated: bool = False) -> int:
-        k, floor = self.controller.limit(name, self.cap, calibrated)
+    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
+        k, floor = self.controller.limit(key, self.cap, calibrated)
         if k:
+            self.asked = key
             self.floor = max(self.floor, floor)
             return max(k, self.floor)
         return 0
 
-    def acceptance(self, name: str, confidence: float) -> float:
-        return self.controller.estimates(name).calibrated(confidence)
+    def acceptance(self, key: DraftKey, confidence: float) -> float:
+        return self.controller.estimates(key.estimates).calibrated(confidence)
 
-    def keep(self, name: str, path_p: float, n: int) -> bool:
+    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         if n <= self.floor:
             return True
-        return n <= self.cap and self.controller.pays(name, path_p, n, n, self.cap, self._rate(name))
+        return n <= self.cap and self.controller.pays(key, path_p, n, n, self.cap, self._rate())
 
-    def extend(self, name: str, path_p: float, n: int) -> bool:
+    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
         if n >= self.cap:
             return False
         if n < self.floor:
             return True
-        p_next = path_p * self.controller.estimates(name).alphas(n + 1)[n]
-        return self.controller.pays(name, p_next, n + 1, n, self.cap, self._rate(name))
+        p_next = path_p * self.controller.estimates(key.estimates).alphas(n + 1)[n]
+        return self.controller.pays(key, p_next, n + 1, n, self.cap, self._rate())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 
+from localspec.config.defaults import DEFAULT_DRAFT_MODE
+
 
 @dataclass(frozen=True)
 class TokenEvent:
@@ -45,7 +47,7 @@ class DrafterStats:
 @dataclass
 class GenerationStats:
     drafter: str = "none"
-    draft_mode: str = "fixed"
+    draft_mode: str = DEFAULT_DRAFT_MODE
     n_prompt: int = 0
     n_prompt_evaluated: int = 0
     n_generated: int = 0

@@ -24,21 +24,37 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model
-from localspec.defaults import DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MIN, DEFAULT_MAX_TOKENS
-from localspec.drafters.base import Draft, Drafter, DraftSettings
+from localspec.config.defaults import (
+    DEFAULT_DRAFT_MAX,
+    DEFAULT_DRAFT_MIN,
+    DEFAULT_DRAFT_MODE,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_VERIFY,
+)
+from localspec.drafters.base import Draft, Drafter, DraftKey, DraftSettings
 from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController, FixedBudget
-from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, PromptEvent, StepEvent, TokenEvent
+from localspec.engine.events import (
+    DoneEvent,
+    Event,
+    GenerationStats,
+    NoticeEvent,
+    PromptEvent,
+    StepEvent,
+    TokenEvent,
+)
 from localspec.engine.text import TextStream
 from localspec.engine.threads import ThreadGovernor
-from localspec.engine.tree import TreeLayout, verify_tree
+from localspec.engine.tree_verify import TreeLayout, verify_tree
+from localspec.engine.verdicts import judged, verify
 from localspec.errors import LocalspecError
-from localspec.sampling import Coupling, SamplingParams, accept_draft_token, final_dist, sample
+from localspec.sampling.dist import SamplingParams
+from localspec.sampling.draws import Coupling
 
 
 @dataclass(frozen=True)
 class GenerationConfig:
-    """What one generation reads (localspec/settings.py validates it and builds it)."""
+    """What one generation reads (session/generation.py builds it from the validated settings)."""
 
     max_tokens: int = DEFAULT_MAX_TOKENS
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -46,57 +62,27 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
     draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    draft_mode: str = "fixed"  # fixed: up to draft_max every step; auto: the controller decides (the CLI default); off: none
-    verify: str = "standard"  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
+    draft_mode: str = DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
+    verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
 
 
-def verify(
-    logits: np.ndarray,
-    draft: Draft,
-    params: SamplingParams,
-    rng: np.random.Generator,
-    coupling: Coupling | None = None,
-    position: int = 0,
-) -> tuple[int, int]:
-    """Return (number of draft tokens accepted, the target's own next token).
+@dataclass
+class _Run:
+    """One generation's state, passed from step to step."""
 
-    logits[i] is the target's prediction after the batch's i-th token, i.e. for d_{i+1}, the token
-    at absolute `position` + i."""
-    k = len(draft.tokens)
-    if coupling is not None and not params.greedy:
-        for i in range(k + 1):
-            token = coupling.choose(final_dist(logits[i], params), position + i)
-            if i == k or token != draft.tokens[i]:
-                return i, token
-    if params.greedy:
-        # Row by row: rows after the first rejection are never read.
-        for i in range(k + 1):
-            token = int(np.argmax(logits[i]))
-            if i == k or token != draft.tokens[i]:
-                return i, token
-    for i, d in enumerate(draft.tokens):
-        q = draft.probs[i] if draft.probs is not None else None
-        accepted, token = accept_draft_token(final_dist(logits[i], params), q, d, rng)
-        if not accepted:
-            return i, token
-    return k, sample(final_dist(logits[k], params), rng)
-
-
-def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
-    """(confidence, accepted) for every top drafted token the target judged: those whose parent
-    was accepted (in a chain, the accepted prefix and the first rejected token). In a tree only a
-    parent's first child is its top candidate; side candidates calibrate nothing."""
-    if draft.confidences is None:
-        return []
-    on_path = {-1, *path}
-    parents = draft.parents if draft.parents is not None else range(-1, len(draft.tokens) - 1)
-    out, seen = [], set()
-    for i, (c, parent) in enumerate(zip(draft.confidences, parents)):
-        if parent in on_path and parent not in seen:
-            seen.add(parent)
-            out.append((c, i in on_path))
-    return out
+    config: GenerationConfig
+    cancel: threading.Event
+    rng: np.random.Generator
+    coupling: Coupling | None
+    drafter: Drafter | None  # None: the target alone (--draft-mode off, or speculation turned off)
+    stats: GenerationStats
+    ctx: list[int]  # the prompt and every token emitted (and verified) so far
+    stream: TextStream
+    notes_before: int  # the controller's notes from earlier generations
+    generated: list[int] = field(default_factory=list)
+    stop_reason: str = ""
+    t_gen: float = 0.0
 
 
 class SpeculativeEngine:
@@ -124,139 +110,161 @@ class SpeculativeEngine:
         `rng` continues a stream of draws across generations (a chat); by default config.seed
         starts a new one. `generation` numbers the generations of a session (a chat's replies),
         which --verify coupled keys its noise by."""
+        run = self._start(prompt, config, cancel, rng, generation)
+        try:
+            yield self._prefill(run)
+            self.clock.begin()
+            run.t_gen = self.clock.now()
+            while not run.stop_reason:
+                yield from self._step(run)
+        except DecodeAborted:
+            run.stop_reason = "interrupted"
+        finally:
+            # Also when the consumer abandons the generator: a drafter that learns keeps the output.
+            if run.drafter is not None and run.generated:
+                run.drafter.end(run.ctx)
+        yield self._done(run)
+
+    def _start(
+        self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None, rng: np.random.Generator | None, generation: int
+    ) -> _Run:
         target = self.target
         if not prompt:
             raise LocalspecError("the prompt is empty")
         if len(prompt) >= target.n_ctx:
-            raise LocalspecError(
-                f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx"
-            )
-        cancel = cancel or threading.Event()
+            raise LocalspecError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx")
         rng = rng or np.random.default_rng(config.seed)
-        drafter = self.drafter if config.draft_mode != "off" else None
-        drafter_name = self.drafter_name if drafter else "none"
-        stats = GenerationStats(drafter=drafter_name, n_prompt=len(prompt), draft_mode=config.draft_mode)
-        stats.threads_default = self.governor.most if self.governor else target.threads
-        stats.threads_fewest = target.threads
-        controller, clock = self.controller, self.clock
-        auto = config.draft_mode == "auto"
-        notes_before = len(controller.notes)
         coupling = None
         if config.verify == "coupled" and not config.sampling.greedy:
-            seed = config.seed if config.seed is not None else int(rng.integers(2**63))
-            coupling = Coupling(seed, generation)
-        ctx = list(prompt)
-        generated: list[int] = []
-        stream = TextStream(config.stop)
-        stop_reason = ""
+            coupling = Coupling(config.seed if config.seed is not None else int(rng.integers(2**63)), generation)
+        drafter = self.drafter if config.draft_mode != "off" else None
+        stats = GenerationStats(drafter=self.drafter_name if drafter else "none", n_prompt=len(prompt), draft_mode=config.draft_mode)
+        stats.threads_default = self.governor.most if self.governor else target.threads
+        stats.threads_fewest = target.threads
+        return _Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
 
+    def _prefill(self, run: _Run) -> PromptEvent:
+        """Evaluate the prompt but its last token, which goes into the first verification batch,
+        so even the first generated token can come from the draft."""
         wall = time.perf_counter()
         try:
-            # The last prompt token goes into the first verification batch, so even the first
-            # generated token can come from the draft.
-            target.resume(ctx)
-            reused = target.prefill(ctx[:-1])
-            stats.n_prompt_evaluated = len(ctx) - reused
-            if drafter is not None:
-                drafter.begin(ctx, config.drafting, coupling)
+            self.target.resume(run.ctx)
+            reused = self.target.prefill(run.ctx[:-1])
+            run.stats.n_prompt_evaluated = len(run.ctx) - reused
+            if run.drafter is not None:
+                run.drafter.begin(run.ctx, run.config.drafting, run.coupling)
         except DecodeAborted:
-            stop_reason = "interrupted"
-        stats.prompt_s = clock.prompt(stats.n_prompt_evaluated, time.perf_counter() - wall)
-        yield PromptEvent(len(prompt), stats.n_prompt_evaluated, stats.prompt_s, drafter_name)
-        clock.begin()
-        t_gen = clock.now()
-        first_token = True
+            run.stop_reason = "interrupted"
+        run.stats.prompt_s = self.clock.prompt(run.stats.n_prompt_evaluated, time.perf_counter() - wall)
+        return PromptEvent(run.stats.n_prompt, run.stats.n_prompt_evaluated, run.stats.prompt_s, run.stats.drafter)
 
-        try:
-            while not stop_reason:
-                if cancel.is_set():
-                    stop_reason = "interrupted"
-                    break
-                room = target.n_ctx - len(ctx)
-                if room < 0:
-                    stop_reason = "length"
-                    break
-                k_max = min(config.draft_max, config.max_tokens - len(generated) - 1, room, target.n_batch - 1)
-                controller.costs.at(len(ctx))
-                draft, draft_s = Draft(), 0.0
-                if drafter is not None and k_max >= max(1, config.draft_min):
-                    floor = config.draft_min
-                    budget = controller.budget(k_max, floor) if auto else FixedBudget(k_max, floor)
-                    wall = time.perf_counter()
-                    draft = drafter.propose(ctx, budget, config.sampling, rng)
-                    if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
-                        draft_s = clock.draft(draft.source, draft.passes, time.perf_counter() - wall)
-                        controller.costs.observe_draft(draft.source, draft.passes, draft_s)
-                    if len(draft) < floor and draft.probs is None:
-                        # A lookup match that runs out early: deterministic, so dropping it is exact.
-                        draft = Draft()
+    def _step(self, run: _Run) -> Iterator[Event]:
+        """One step: propose, verify in one target pass, record what it cost and earned, emit."""
+        config, ctx = run.config, run.ctx
+        room = self.target.n_ctx - len(ctx)
+        if run.cancel.is_set() or room < 0:
+            run.stop_reason = "interrupted" if run.cancel.is_set() else "length"
+            return
+        k_max = min(config.draft_max, config.max_tokens - len(run.generated) - 1, room, self.target.n_batch - 1)
+        self.controller.costs.at(len(ctx))
+        draft, draft_s, asked = self._propose(run, k_max)
+        # Timed up to the verdict: on a GPU a pass's work is done only once its logits are read.
+        wall = time.perf_counter()
+        path, token, depth, rolled_back = self._verify(run, draft)
+        verify_s = self.clock.verify(len(draft.tokens) + 1, len(ctx), time.perf_counter() - wall)
+        if not rolled_back:
+            # Recurrent state without snapshots cannot drop a rejected tail: the cache was rebuilt
+            # once, and the rest goes without speculation.
+            run.drafter = None
+            yield NoticeEvent(f"{self.target.path.name} cannot roll back its state: speculation is off")
+        emitted = [*(draft.tokens[i] for i in path), token]
+        self._record(run, draft, asked, path, depth, draft_s, verify_s)
+        ctx.extend(emitted)
+        yield from self._emit(run, draft, emitted, len(path))
 
-                # Timed up to the verdict: on a GPU a pass's work is done only once its logits are read.
-                wall = time.perf_counter()
-                if draft.parents is not None and draft.tokens:
-                    path, token, depth = self._tree_step(ctx, draft, config.sampling, rng, coupling)
-                else:
-                    logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
-                    n_acc, token = verify(logits, draft, config.sampling, rng, coupling, len(ctx))  # type: ignore[arg-type]
-                    path, depth = list(range(n_acc)), len(draft.tokens)
-                    if not target.truncate(len(ctx) + n_acc):
-                        # Recurrent state without snapshots cannot drop the rejected tail: rebuild the
-                        # cache once and go on without speculation.
-                        target.prefill([*ctx, *draft.tokens[:n_acc]])
-                        drafter = None
-                        yield NoticeEvent(f"{target.path.name} cannot roll back its state: speculation is off")
-                width = len(draft.tokens) + 1
-                verify_s = clock.verify(width, len(ctx), time.perf_counter() - wall)
-                if self.governor is not None:
-                    self.governor.observe(controller.costs.verify(width), controller.costs.relative(width), verify_s)
-                    stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
-                controller.costs.observe_verify(width, verify_s)
-                n_acc = len(path)
-                emitted = [*(draft.tokens[i] for i in path), token]
-                if draft.tokens:
-                    controller.update(draft.key, depth, n_acc, judged(draft, path))
-                    stats.n_steps_drafted += 1
-                controller.record_step(len(draft.tokens), len(emitted), draft_s + verify_s)
-                ctx.extend(emitted)
-                stats.n_steps += 1
+    def _propose(self, run: _Run, k_max: int) -> tuple[Draft, float, DraftKey | None]:
+        """The step's draft, the seconds it took, and the drafter its budget let draft."""
+        config, drafter = run.config, run.drafter
+        if drafter is None or k_max < max(1, config.draft_min):
+            return Draft(), 0.0, None
+        floor = config.draft_min
+        budget = self.controller.plan(k_max, floor) if config.draft_mode == "auto" else FixedBudget(k_max, floor)
+        wall = time.perf_counter()
+        draft = drafter.propose(run.ctx, budget, config.sampling, run.rng)
+        draft_s = 0.0
+        if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
+            draft_s = self.clock.draft(draft.source, draft.passes, time.perf_counter() - wall)
+            self.controller.costs.observe_draft(draft.source, draft.passes, draft_s)
+        if len(draft) < floor and draft.probs is None:
+            # A lookup match that runs out early: deterministic, so dropping it is exact.
+            draft = Draft()
+        return draft, draft_s, budget.asked
 
-                shown = 0
-                for tok in emitted:
-                    generated.append(tok)
-                    stats.n_generated += 1
-                    shown += 1
-                    eog = target.is_eog(tok)
-                    text = "" if eog else stream.push(target.piece(tok))
-                    if first_token:
-                        stats.first_token_s, first_token = stats.prompt_s + clock.now() - t_gen, False
-                    yield TokenEvent(tok, text, draft.source if shown <= n_acc else None)
-                    if eog:
-                        stop_reason = "eos"
-                    elif stream.stopped:
-                        stop_reason = "stop"
-                    elif len(generated) >= config.max_tokens:
-                        stop_reason = "length"
-                    if stop_reason:
-                        break
-                # The user's counts are of what was emitted: draft tokens verified past the end of
-                # generation (eos, a stop string, -n) count as neither accepted nor generated.
-                accepted = min(n_acc, shown)
-                if draft.tokens:
-                    stats.record(draft.source, len(draft.tokens), accepted)
-                yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
-        except DecodeAborted:
-            stop_reason = "interrupted"
-        stats.elapsed_s = clock.now() - t_gen
-        stats.threads = target.threads
-        stats.notes = controller.notes[notes_before:]
+    def _verify(self, run: _Run, draft: Draft) -> tuple[list[int], int, int, bool]:
+        """(the accepted draft indices, the target's own next token, the draft's depth, whether
+        the target's cache dropped the rejected tail) for a chain or a tree."""
+        ctx, target = run.ctx, self.target
+        if draft.parents is not None and draft.tokens:
+            path, token, depth = self._tree_step(ctx, draft, run.config.sampling, run.rng, run.coupling)
+            return path, token, depth, True
+        logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
+        n_acc, token = verify(logits, draft, run.config.sampling, run.rng, run.coupling, len(ctx))  # type: ignore[arg-type]
+        if target.truncate(len(ctx) + n_acc):
+            return list(range(n_acc)), token, len(draft.tokens), True
+        target.prefill([*ctx, *draft.tokens[:n_acc]])
+        return list(range(n_acc)), token, len(draft.tokens), False
+
+    def _record(self, run: _Run, draft: Draft, asked: DraftKey | None, path: list[int], depth: int, draft_s: float, verify_s: float) -> None:
+        """What the step cost and earned, for the controller, the thread governor and the stats."""
+        costs, width, stats = self.controller.costs, len(draft.tokens) + 1, run.stats
+        if self.governor is not None:
+            self.governor.observe(costs.verify(width), costs.relative(width), verify_s)
+            stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
+        costs.observe_verify(width, verify_s)
+        if draft.tokens:
+            self.controller.update(draft.key, depth, len(path), judged(draft, path))
+            stats.n_steps_drafted += 1
+        self.controller.record_step(asked, len(draft.tokens), len(path) + 1, draft_s + verify_s)
+        stats.n_steps += 1
+
+    def _emit(self, run: _Run, draft: Draft, emitted: list[int], n_acc: int) -> Iterator[Event]:
+        """Yield the step's tokens up to the first that ends generation (eos, a stop string, -n)."""
+        stats, shown = run.stats, 0
+        for tok in emitted:
+            run.generated.append(tok)
+            stats.n_generated += 1
+            shown += 1
+            eog = self.target.is_eog(tok)
+            text = "" if eog else run.stream.push(self.target.piece(tok))
+            if stats.n_generated == 1:
+                stats.first_token_s = stats.prompt_s + self.clock.now() - run.t_gen
+            yield TokenEvent(tok, text, draft.source if shown <= n_acc else None)
+            if eog:
+                run.stop_reason = "eos"
+            elif run.stream.stopped:
+                run.stop_reason = "stop"
+            elif len(run.generated) >= run.config.max_tokens:
+                run.stop_reason = "length"
+            if run.stop_reason:
+                break
+        # The user's counts are of what was emitted: draft tokens verified past the end of
+        # generation count as neither accepted nor generated.
+        accepted = min(n_acc, shown)
+        if draft.tokens:
+            stats.record(draft.source, len(draft.tokens), accepted)
+        yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
+
+    def _done(self, run: _Run) -> DoneEvent:
+        stats, costs = run.stats, self.controller.costs
+        stats.elapsed_s = self.clock.now() - run.t_gen
+        stats.threads = self.target.threads
+        stats.notes = self.controller.notes[run.notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
-        stats.costs_ms = {k: round(v, 3) for k, v in controller.costs.summary(mean_batch).items()}
-        if controller.costs.seen.get(1):
-            stats.target_alone_tps = controller.plain_rate()
-        if drafter is not None and generated:
-            drafter.end(ctx)
-        tail = stream.finish()
-        yield DoneEvent(stop_reason, stats, tail, stream.text, generated)
+        stats.costs_ms = {k: round(v, 3) for k, v in costs.summary(mean_batch).items()}
+        if costs.seen.get(1):
+            stats.target_alone_tps = self.controller.plain_rate()
+        tail = run.stream.finish()
+        return DoneEvent(run.stop_reason, stats, tail, run.stream.text, run.generated)
 
     def _tree_step(
         self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator, coupling: Coupling | None

@@ -20,14 +20,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from localspec.config.settings import FIELDS, SettingError, Settings
 from localspec.engine.events import DoneEvent, GenerationStats, PromptEvent, TokenEvent
-from localspec.loader import Loaded
-from localspec.prompt import prompt_tokens, render_chat, tokenize_rendered
 from localspec.server.metrics import Metrics
 from localspec.server.protocol import ApiError, ApiRequest, bad, parse_request
 from localspec.server.responses import FINISH_REASONS, Reply, sse, timings
 from localspec.server.scheduler import Job, QueueFull, Scheduler, ShuttingDown
-from localspec.settings import FIELDS, SettingError, Settings
+from localspec.session.generation import generation_config
+from localspec.session.loader import Loaded
+from localspec.session.prompt import prompt_tokens, render_chat, tokenize_rendered
 
 DISCONNECT_POLL_S = 0.05  # how often a waiting request checks that its client is still there
 RETRY_AFTER_S = 2
@@ -103,7 +104,7 @@ class Server:
             tokens = await run_in_threadpool(self._tokens, req)
             room = self.loaded.target.n_ctx - len(tokens)
             # A request that names no limit may fill the context (OpenAI's and llama-server's default).
-            config = self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **req.values}).generation_config()
+            config = generation_config(self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **req.values}))
             job = Job(tokens, config, asyncio.get_running_loop())
             try:
                 self.scheduler.submit(job)

@@ -12,7 +12,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from localspec.settings import FIELDS, KINDS, PER_GENERATION, of_types, value_types
+from localspec.config.settings import (
+    FIELDS,
+    KINDS,
+    PER_GENERATION,
+    of_types,
+    value_types,
+)
 
 # API key -> settings field, for the fields a request may set.
 API_FIELDS = {FIELDS[name].api: name for name in PER_GENERATION if FIELDS[name].api}

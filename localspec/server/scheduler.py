@@ -18,8 +18,8 @@ from typing import Any
 from localspec.engine.events import DoneEvent, PromptEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig
 from localspec.errors import LocalspecError
-from localspec.loader import Loaded
 from localspec.server.protocol import ApiError
+from localspec.session.loader import Loaded
 
 
 class QueueFull(Exception):

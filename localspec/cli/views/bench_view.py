@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
-from localspec.bench import BenchResult
-from localspec.bench_suffix import CACHE_SIZES
+from localspec.bench.runs import BenchResult
+from localspec.bench.suffix_costs import CACHE_SIZES
 
 
 class BenchProgress:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rich.console import Console
 from rich.progress import (
-    BarColumn, DownloadColumn, Progress, TaskID, TextColumn, TimeRemainingColumn, TransferSpeedColumn,
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 
 

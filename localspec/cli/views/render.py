@@ -9,12 +9,18 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, TextIO
 
 from localspec import __version__
-
-from localspec.engine.events import DoneEvent, Event, GenerationStats, NoticeEvent, TokenEvent, drain
+from localspec.engine.events import (
+    DoneEvent,
+    Event,
+    GenerationStats,
+    NoticeEvent,
+    TokenEvent,
+    drain,
+)
 
 if TYPE_CHECKING:
-    from localspec.loader import ModelFiles
-    from localspec.settings import Settings
+    from localspec.config.settings import Settings
+    from localspec.session.loader import ModelFiles
 
 
 def summary_line(stats: GenerationStats, stop_reason: str) -> str:

@@ -17,7 +17,15 @@ from typing import TextIO
 from rich.console import Console
 from rich.text import Text
 
-from localspec.engine.events import DoneEvent, Event, NoticeEvent, PromptEvent, StepEvent, TokenEvent, drain
+from localspec.engine.events import (
+    DoneEvent,
+    Event,
+    NoticeEvent,
+    PromptEvent,
+    StepEvent,
+    TokenEvent,
+    drain,
+)
 
 RATE_WINDOW_S = 1.0
 SAVE, RESTORE = "\x1b7", "\x1b8"  # DECSC / DECRC: the cursor's position (and attributes)

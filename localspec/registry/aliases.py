@@ -16,10 +16,16 @@ from typing import Any
 
 import platformdirs
 
+from localspec.config.settings import (
+    ALIAS_KEYS,
+    SettingError,
+    Settings,
+    of_types,
+    value_types,
+)
+from localspec.config.user_config import REGISTRY_ENV
 from localspec.errors import LocalspecError
-from localspec.settings import ALIAS_KEYS, SettingError, Settings, of_types, value_types
 from localspec.text_input import read_file
-from localspec.user_config import REGISTRY_ENV
 
 APP_NAME = "localspec"
 # Alias names become file names (pulled records): no path separators, no "..", nothing hidden.

@@ -82,7 +82,7 @@ def load_profile(spec: str) -> CostProfile:
     """A profile by name (cpu, gpu, gpu:R, drift, drift:BASE) or from a recorded FILE.json."""
     name, _, arg = spec.partition(":")
     if name == "cpu" and not arg:
-        record = json.loads(resources.files("localspec").joinpath("cost_profile_cpu.json").read_text(encoding="utf-8"))
+        record = json.loads(resources.files("localspec.bench").joinpath("cost_profile_cpu.json").read_text(encoding="utf-8"))
         return RecordedProfile.from_record("cpu", record)
     if name == "gpu":
         try:

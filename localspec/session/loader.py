@@ -11,26 +11,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localspec import defaults
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
+from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import check_gguf
+from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.vocab import check_special_tokens, check_token_texts, vocab_digest
+from localspec.backend.vocab import (
+    check_special_tokens,
+    check_token_texts,
+    vocab_digest,
+)
 from localspec.backend.weights import OutOfMemory
+from localspec.config import defaults
+from localspec.config.settings import Settings, proportions
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import Memory, SuffixDrafter
+from localspec.drafters.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
 from localspec.drafters.tree import TreeDrafter
-from localspec.endpoints import parse_endpoints
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
-from localspec.hardware import OtherLoad, default_gpu_layers, physical_cores
-from localspec.settings import Settings, proportions
-from localspec.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
 
 DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
 
@@ -47,8 +51,8 @@ def resolve(
     """The files to load, and the recommended settings of the alias they came from (if any).
     `model`: a GGUF path, a pulled alias, or None for the embedded demo model; `draft`: a GGUF path,
     'none', or None for the alias's own draft."""
-    from localspec.models.pulled import read_manifest
-    from localspec.models.registry import load_registry
+    from localspec.registry.aliases import load_registry
+    from localspec.registry.pulled import read_manifest
 
     draft_path = None if draft is None or draft.lower() == "none" else Path(draft).expanduser()
     if model is None:

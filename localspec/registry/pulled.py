@@ -11,10 +11,17 @@ from pathlib import Path
 
 import platformdirs
 
-from localspec.json_file import write_json
-from localspec.models import hub
 from localspec.errors import LocalspecError
-from localspec.models.registry import ALIAS_NAME, APP_NAME, Alias, FileSpec, check_alias_name, load_registry
+from localspec.json_file import write_json
+from localspec.registry import hub
+from localspec.registry.aliases import (
+    ALIAS_NAME,
+    APP_NAME,
+    Alias,
+    FileSpec,
+    check_alias_name,
+    load_registry,
+)
 
 ROLES = ("target", "draft")
 

@@ -10,19 +10,20 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 
-from localspec.backend.model import Model
-from localspec.drafters.base import Drafter
 import numpy as np
 
+from localspec.backend.model import Model
+from localspec.bench.ties import TIE_TOLERANCE, compare_greedy
+from localspec.config.settings import Settings
+from localspec.drafters.base import Drafter
 from localspec.engine.clock import Clock
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-from localspec.engine.ties import TIE_TOLERANCE, compare_greedy
 from localspec.errors import LocalspecError
-from localspec.loader import make_drafter
-from localspec.prompt import prompt_tokens
-from localspec.sampling import Coupling, distribution
-from localspec.settings import Settings
+from localspec.sampling.dist import distribution
+from localspec.sampling.draws import Coupling
+from localspec.session.loader import make_drafter
+from localspec.session.prompt import prompt_tokens
 from localspec.text_input import read_file
 
 BASELINE = "baseline"
@@ -50,7 +51,7 @@ class BenchPrompt:
 def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int = 0) -> list[BenchPrompt]:
     """Spec-Bench JSONL (`question_id`, `category`, `turns`); `limit` prompts per category (0: all)."""
     if path is None:
-        text = resources.files("localspec").joinpath("bench_prompts.jsonl").read_text(encoding="utf-8")
+        text = resources.files("localspec.bench").joinpath("bench_prompts.jsonl").read_text(encoding="utf-8")
         source = "the built-in prompt set"
     else:
         text = read_file(path, "prompts")
@@ -111,7 +112,7 @@ class BenchResult:
     samples: list[Sample] = field(default_factory=list)
     ties: list[dict] = field(default_factory=list)
     mismatches: list[dict] = field(default_factory=list)
-    suffix_costs: dict[str, float] = field(default_factory=dict)  # bench_suffix.suffix_costs, when suffix ran
+    suffix_costs: dict[str, float] = field(default_factory=dict)  # suffix_costs.suffix_costs, when suffix ran
 
     def summaries(self) -> list[ModeSummary]:
         modes = list(dict.fromkeys(s.mode for s in self.samples))

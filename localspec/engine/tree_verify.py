@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.sampling import Coupling, SamplingParams, final_dist, sample
+from localspec.sampling.dist import SamplingParams, final_dist
+from localspec.sampling.draws import Coupling, sample
 
 
 @dataclass(frozen=True)

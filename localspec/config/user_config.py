@@ -17,12 +17,20 @@ from typing import Any
 
 import platformdirs
 
+from localspec.config.settings import (
+    FIELDS,
+    KINDS,
+    SettingError,
+    Settings,
+    of_types,
+    parse,
+    value_types,
+)
 from localspec.errors import LocalspecError
-from localspec.settings import FIELDS, KINDS, SettingError, Settings, of_types, parse, value_types
 from localspec.text_input import from_arg, note, read_file
 
 CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user config directory
-REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (models/registry.py)
+REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (registry/aliases.py)
 ENV_PREFIX = "LOCALSPEC_"
 MODEL_KEYS = ("model", "draft")
 API_KEY_ENV = "LOCALSPEC_API_KEY"  # serve's --api-key, kept out of the process list

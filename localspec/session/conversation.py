@@ -12,12 +12,19 @@ from pathlib import Path
 
 import numpy as np
 
+from localspec.config.settings import (
+    FIELDS,
+    PER_GENERATION,
+    SettingError,
+    Settings,
+    parse,
+)
 from localspec.engine.events import DoneEvent, Event
 from localspec.errors import LocalspecError
 from localspec.json_file import write_json
-from localspec.loader import Loaded
-from localspec.prompt import Message, render_chat, tokenize_rendered
-from localspec.settings import FIELDS, PER_GENERATION, SettingError, Settings, parse
+from localspec.session.generation import generation_config
+from localspec.session.loader import Loaded
+from localspec.session.prompt import Message, render_chat, tokenize_rendered
 
 # /set KEY VALUE: the settings that may change between replies, by their flag's name.
 SETTABLE = {FIELDS[name].key: name for name in PER_GENERATION}
@@ -101,7 +108,7 @@ class ChatSession:
         self._autosave(notify)  # a crash during the reply loses at most the reply
         cancel = self.loaded.cancel
         cancel.clear()
-        config = self.settings.generation_config()
+        config = generation_config(self.settings)
         generation, self.generation = self.generation, self.generation + 1
         for ev in self.loaded.engine.generate(tokens, config, cancel, self.rng, generation):
             if isinstance(ev, DoneEvent):

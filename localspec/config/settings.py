@@ -13,13 +13,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from localspec import defaults
-from localspec.defaults import DRAFT_MODES, LOOKUP_METHODS, MAX_DRAFT, VERIFY_MODES
-from localspec.endpoints import parse_endpoints
+from localspec.backend.endpoints import parse_endpoints
+from localspec.config import defaults
+from localspec.config.defaults import (
+    DRAFT_MODES,
+    LOOKUP_METHODS,
+    MAX_DRAFT,
+    VERIFY_MODES,
+)
 from localspec.errors import LocalspecError
 
 LOAD = "load"
 GENERATION = "generation"
+# The panels of --help a setting's option shows in.
+MODEL, SAMPLING, PERFORMANCE, DRAFTING, SERVER = "Model", "Sampling", "Performance", "Drafting", "Server"
 DRAFT_POLICIES = ("sample", "greedy")
 RANDOM_SEED = -1  # as in llama.cpp
 
@@ -27,15 +34,21 @@ RANDOM_SEED = -1  # as in llama.cpp
 @dataclass(frozen=True)
 class About:
     """A field's names and nature: `flag` on the command line (its chat /set key is the flag without
-    dashes), `api` in a server request (None: not settable there), `phase` LOAD or GENERATION,
-    `alias` whether models.toml may recommend it, `choices` the values it takes (if a fixed few),
+    dashes), with its `short` flags, the `panel` of --help it shows in and the `metavar` its value
+    shows as (default: its choices, or its type), `api` in a server request (None: not settable
+    there), `phase` LOAD or GENERATION,
+    `alias` whether models.toml may recommend it, `server_only` whether only `serve` takes it, `choices` the values it takes (if a fixed few),
     `check` its validation (a problem or None)."""
 
     flag: str
     help: str
+    short: tuple[str, ...] = ()
+    panel: str = DRAFTING
+    metavar: str | None = None
     phase: str = GENERATION
     api: str | None = None
     alias: bool = True
+    server_only: bool = False
     choices: tuple[str, ...] = ()
     check: Callable[[Any, Settings], str | None] = lambda _v, _s: None
 
@@ -95,37 +108,36 @@ def proportions(text: str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class Settings:
-    # --- fixed at load ---
-    ctx: int = field(default=0, metadata=_about(flag="--ctx", phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
-    threads: int | None = field(default=None, metadata=_about(flag="--threads", phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
-    draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
-    gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=_optional(_within(0, math.inf))))
-    draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=_optional(_within(0, math.inf))))
-    draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
-    slots: int = field(default=4, metadata=_about(flag="--slots", phase=LOAD, alias=False, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=_within(1, 64)))
-    lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup drafting (by --lookup-method): on by default without a draft model; --lookup beside a draft model chains them."))
-    lookup_method: str = field(default="ngram", metadata=_about(flag="--lookup-method", phase=LOAD, help="Prompt lookup: 'ngram' continues the last 2-4 tokens (--lookup-min/max) as they went on earlier in this request; 'suffix' the longest match (up to 16 tokens) in this request and in earlier outputs (the suffix cache), by how often each continuation followed.", choices=LOOKUP_METHODS))
-    suffix_cache: bool = field(default=True, metadata=_about(flag="--suffix-cache", phase=LOAD, alias=False, help="With --lookup-method suffix: also continue from earlier outputs, kept in the user cache directory for later runs (on by default; it holds generated text: `localspec cache clear` empties it)."))
-    suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=_within(1, 1 << 26)))
-    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_parses(parse_endpoints))))
-    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
-    # --- per generation ---
-    max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
-    temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))
-    top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
-    top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
-    min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
-    seed: int | None = field(default=None, metadata=_about(flag="--seed", api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation) at temp 0 always, and at temp > 0 with --verify coupled (any drafting) or with --draft-mode fixed on the same machine.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
-    stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", api="stop", alias=False, help="Stop at this text (repeatable)."))
+    # In the order --help shows them (each field's phase says when it may change).
+    max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", short=("-n",), panel=SAMPLING, api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
+    temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", panel=SAMPLING, api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))
+    top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", panel=SAMPLING, api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
+    top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", panel=SAMPLING, api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
+    min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", panel=SAMPLING, api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation) at temp 0 always, and at temp > 0 with --verify coupled (any drafting) or with --draft-mode fixed on the same machine.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
+    stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", panel=SAMPLING, metavar="TEXT", api="stop", alias=False, help="Stop at this text (repeatable)."))
+    ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
+    threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
+    draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
+    gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", short=("-ngl",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=_optional(_within(0, math.inf))))
+    draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", short=("-ngld",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=_optional(_within(0, math.inf))))
     draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
     draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
     draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
-    draft_mode: str = field(default="auto", metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max; off: the target alone.", choices=DRAFT_MODES))
-    verify: str = field(default="standard", metadata=_about(flag="--verify", api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", choices=VERIFY_MODES))
     draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", choices=DRAFT_POLICIES))
+    verify: str = field(default=defaults.DEFAULT_VERIFY, metadata=_about(flag="--verify", panel=SAMPLING, api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", choices=VERIFY_MODES))
+    draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
+    draft_mode: str = field(default=defaults.DEFAULT_DRAFT_MODE, metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max; off: the target alone.", choices=DRAFT_MODES))
+    lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup drafting (by --lookup-method): on by default without a draft model; --lookup beside a draft model chains them."))
     lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up (suffix lookup: the shortest match).", check=_within(1, 64)))
     lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
+    lookup_method: str = field(default="ngram", metadata=_about(flag="--lookup-method", phase=LOAD, help="Prompt lookup: 'ngram' continues the last 2-4 tokens (--lookup-min/max) as they went on earlier in this request; 'suffix' the longest match (up to 16 tokens) in this request and in earlier outputs (the suffix cache), by how often each continuation followed.", choices=LOOKUP_METHODS))
+    suffix_cache: bool = field(default=True, metadata=_about(flag="--suffix-cache", phase=LOAD, alias=False, help="With --lookup-method suffix: also continue from earlier outputs, kept in the user cache directory for later runs (on by default; it holds generated text: `localspec cache clear` empties it)."))
+    suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=_within(1, 1 << 26)))
+    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", panel=MODEL, metavar="HOST:PORT,...", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_parses(parse_endpoints))))
+    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", panel=PERFORMANCE, metavar="N,N,...", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
+    slots: int = field(default=4, metadata=_about(flag="--slots", panel=SERVER, phase=LOAD, alias=False, server_only=True, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=_within(1, 64)))
 
     @property
     def rng_seed(self) -> int | None:
@@ -151,30 +163,6 @@ class Settings:
         out = replace(self, **{k: tuple(v) if k == "stop" else v for k, v in values.items()})
         out.validate()
         return out
-
-    def generation_config(self):  # -> GenerationConfig (imported here: the CLI's help must not load llama.cpp)
-        """What the engine reads per generation."""
-        from localspec.drafters.base import DraftSettings
-        from localspec.engine.speculative import GenerationConfig
-        from localspec.sampling import SamplingParams
-
-        return GenerationConfig(
-            max_tokens=self.max_tokens,
-            sampling=SamplingParams(temperature=self.temp, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p),
-            seed=self.rng_seed,
-            stop=self.stop,
-            draft_max=self.draft_max,
-            draft_min=self.draft_min,
-            draft_mode=self.draft_mode,
-            verify=self.verify,
-            drafting=DraftSettings(
-                p_min=self.draft_p_min,
-                policy=self.draft_policy,
-                p_split=self.draft_p_split,
-                lookup_min=self.lookup_min,
-                lookup_max=self.lookup_max,
-            ),
-        )
 
 
 FIELDS: dict[str, About] = {f.name: f.metadata["about"] for f in fields(Settings)}

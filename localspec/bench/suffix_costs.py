@@ -13,7 +13,7 @@ from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import SuffixTree
 from localspec.engine.controller import FixedBudget
-from localspec.sampling import SamplingParams
+from localspec.sampling.dist import SamplingParams
 
 CACHE_SIZES = (10_000, 1_000_000)
 STEP_CAP = 16
