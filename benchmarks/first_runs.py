@@ -3,11 +3,13 @@
 cache directory (XDG_CACHE_HOME), modes interleaved per prompt, optionally while another process
 keeps one core busy.
 
-Usage: python benchmarks/first_runs.py TARGET.gguf [--draft DRAFT.gguf] --prompts FILE.jsonl
+Usage: python benchmarks/first_runs.py [TARGET.gguf] [--draft DRAFT.gguf] --prompts FILE.jsonl
            [--category C ...] [--limit 1] [-n 128] [--modes baseline,auto,fixed-4,fixed-8,fixed-16,lookup]
-           [--busy] [--threads T] [--cache-dir DIR] [--repeat R] [--json OUT.json]
-Modes: baseline (the target alone), auto (the draft model, run's default), fixed-K (the draft model
-at K tokens a step), lookup (prompt lookup alone, run's default without a draft model).
+           [--temp T] [--busy] [--threads T] [--cache-dir DIR] [--repeat R] [--json OUT.json]
+Without TARGET the demo pair runs (no -m, as the README's first command). Modes: baseline (the
+target alone), auto (the draft model, run's default), fixed-K (the draft model at K tokens a step),
+lookup (prompt lookup alone, run's default without a draft model), seeded (auto with a --seed, so
+coupled verification: at --temp > 0 what a repeatable seed costs against auto's standard).
 Prints per category the median speedup of each mode over baseline (from the same prompt and repeat)
 and the median time from the end of loading to the first token."""
 
@@ -27,24 +29,28 @@ from pathlib import Path
 from localspec.bench.runs import load_prompts
 
 
-def mode_args(mode: str, draft: Path | None) -> list[str]:
+def mode_args(mode: str, draft: Path | None, demo: bool, repeat: int) -> list[str]:
     if mode == "baseline":
         return ["-d", "none", "--no-lookup"]
     if mode == "lookup":
         return ["-d", "none", "--lookup"]
-    if draft is None:
+    drafted = [] if demo else ["-d", str(draft)]
+    if draft is None and not demo:
         raise SystemExit(f"mode {mode} needs --draft")
     if mode == "auto":
-        return ["-d", str(draft)]
+        return drafted
+    if mode == "seeded":
+        return [*drafted, "--seed", str(1000 + repeat)]
     if mode.startswith("fixed-"):
-        return ["-d", str(draft), "--draft-mode", "fixed", "--draft-max", mode.removeprefix("fixed-")]
+        return [*drafted, "--draft-mode", "fixed", "--draft-max", mode.removeprefix("fixed-")]
     raise SystemExit(f"unknown mode {mode}")
 
 
-def run_once(target: Path, args: list[str], prompt: str, n: int, cache_dir: Path | None = None) -> dict:
+def run_once(target: Path | None, args: list[str], prompt: str, n: int, temp: float, cache_dir: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as fresh:
         env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir or fresh)}
-        cmd = [sys.executable, "-m", "localspec", "run", "-m", str(target), *args, "-n", str(n), "--temp", "0", "--json", "-p", prompt]
+        model = ["-m", str(target)] if target else []
+        cmd = [sys.executable, "-m", "localspec", "run", *model, *args, "-n", str(n), "--temp", str(temp), "--json", "-p", prompt]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:8])} ... failed: {res.stderr[-500:]}")
@@ -58,7 +64,7 @@ def spin() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("target", type=Path)
+    ap.add_argument("target", type=Path, nargs="?")
     ap.add_argument("--draft", type=Path)
     ap.add_argument("--prompts", type=Path, required=True)
     ap.add_argument("--category", action="append", default=[])
@@ -69,6 +75,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help="-t and -td for every run (default: run's, the physical cores)")
     ap.add_argument("--cache-dir", type=Path, help="one cache directory for every run, kept (default: an empty one per run)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
@@ -83,7 +90,8 @@ def main() -> None:
             for r in range(a.repeat):
                 for mode in modes:
                     threads = ["-t", str(a.threads), "-td", str(a.threads)] if a.threads else []
-                    s = run_once(a.target, mode_args(mode, a.draft) + threads, prompt.text, a.n, a.cache_dir)
+                    args = mode_args(mode, a.draft, a.target is None, r) + threads
+                    s = run_once(a.target, args, prompt.text, a.n, a.temp, a.cache_dir)
                     rows.append({"category": prompt.category, "prompt_id": prompt.id, "repeat": r, "mode": mode,
                                  "tokens_per_second": s["tokens_per_second"], "first_token_s": s["first_token_s"],
                                  "n_drafted": s["n_drafted"], "n_accepted": s["n_accepted"], "notes": s["notes"]})

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 
 import pexpect
@@ -45,3 +49,28 @@ def assert_one_line_error(res: subprocess.CompletedProcess, fragment: str = "", 
     assert not alone or len(lines) == 1, res.stderr
     assert fragment in errors[0], errors[0]
     return errors[0]
+
+
+def in_tmux(*args: str, width: int, height: int = 40, env: Mapping[str, str] | None = None, timeout: float = 300) -> str:
+    """The screen's text (scrollback included, wrapped rows joined as tmux joins them) after
+    `localspec ARGS` ran to its end in a tmux pane of width x height: a real terminal, which, unlike
+    an emulator library, forgets a pending wrap when the cursor is restored."""
+    assert shutil.which("tmux"), "these tests need tmux (the system package: apt-get install tmux)"
+    server = f"localspec-test-{os.getpid()}-{time.monotonic_ns()}"
+    tmux = ["tmux", "-L", server]
+    with tempfile.NamedTemporaryFile("w", suffix=".conf", delete=False) as conf:
+        conf.write("set -g remain-on-exit on\nset -g history-limit 50000\nset -g status off\n")
+    env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
+    try:
+        command = shlex.join([*CLI, *args])
+        subprocess.run([*tmux, "-f", conf.name, "new-session", "-d", "-x", str(width), "-y", str(height), command], env=env, check=True, timeout=30)
+        deadline = time.monotonic() + timeout
+        while subprocess.run([*tmux, "list-panes", "-F", "#{pane_dead}"], capture_output=True, text=True).stdout.strip() != "1":
+            assert time.monotonic() < deadline, f"still running after {timeout} s: {command}"
+            time.sleep(0.2)
+        screen = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-", "-E", "-"], capture_output=True, text=True, check=True).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
+        os.unlink(conf.name)
+    lines = [line.rstrip() for line in screen.splitlines() if not line.startswith("Pane is dead")]
+    return "\n".join(lines).strip("\n")

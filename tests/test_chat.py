@@ -192,3 +192,14 @@ def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_p
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_set_shows_values_as_typed_and_refuses_what_is_fixed_for_the_session(tiny: TinyModels, tmp_path: Path):
+    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
+    script = b"/set\n/set ctx 100\n/set draft-mode fixed\n"
+    res = subprocess.run([*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"], input=script, capture_output=True, env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out, err = res.stdout.decode(), res.stderr.decode()
+    assert "draft-mode = auto" in out and "stop = none" in out and "'" not in out.split("draft-mode = ")[1].split("\n")[0]
+    assert "ctx is fixed for the session: start the chat with --ctx 100" in err
+    assert "draft-mode = fixed" in out

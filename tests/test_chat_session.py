@@ -80,8 +80,10 @@ def test_set_changes_only_what_may_change_between_replies(loaded):
     assert session.set_option("draft-p-split", "0.2") == "draft-p-split = 0.2" and session.settings.draft_p_split == 0.2
     assert session.set_option("lookup-max", "6") == "lookup-max = 6"
     for load_time in ("ctx", "threads", "draft-branches", "gpu-layers"):
-        with pytest.raises(LocalspecError, match=f"unknown setting '{load_time}'"):
+        with pytest.raises(LocalspecError, match=f"^{load_time} is fixed for the session: start the chat with --{load_time} 2$"):
             session.set_option(load_time, "2")
+    with pytest.raises(LocalspecError, match="unknown setting 'nope'"):
+        session.set_option("nope", "2")
     with pytest.raises(LocalspecError, match="draft-min must be in \\[0, draft-max\\]"):
         session.set_option("draft-min", "99")
 
@@ -89,7 +91,8 @@ def test_set_changes_only_what_may_change_between_replies(loaded):
 def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
     session = ChatSession(loaded, Settings(temp=0.3, draft_policy="greedy"))
     listing = session.current()
-    assert "temp = 0.3" in listing and "draft-policy = 'greedy'" in listing and "draft-p-min = 0.0" in listing
+    assert "temp = 0.3" in listing and "draft-policy = greedy" in listing and "draft-p-min = 0.0" in listing
+    assert "seed = default" in listing and "stop = none" in listing  # as a user would type them
     assert not any(line.startswith(("ctx ", "threads ", "draft-branches ")) for line in listing)
 
 

@@ -9,8 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import pexpect
 import pytest
-from cli_helpers import CLI, assert_one_line_error, localspec
+from cli_helpers import CLI, assert_one_line_error, in_terminal, localspec
 from conftest import TinyModels
 
 
@@ -63,6 +64,18 @@ def test_seed_reproducible_from_cli(tiny: TinyModels):
     assert coupled[0] == coupled[1] == coupled[2]
 
 
+def test_a_seed_given_repeats_at_temp_above_zero_under_auto(tiny: TinyModels):
+    """An explicit --seed makes verification coupled, so auto's timing-driven draft lengths cannot
+    change the text; --verify standard, given, is kept."""
+    args = ("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0.8", "--seed", "7", "--json")
+    runs = [json.loads(localspec(*args).stdout) for _ in range(2)]
+    assert runs[0]["tokens"] == runs[1]["tokens"]
+    assert runs[0]["settings"]["verify"] == "coupled" and runs[0]["settings"]["draft_mode"] == "auto"
+    assert json.loads(localspec(*args, "--verify", "standard").stdout)["settings"]["verify"] == "standard"
+    unseeded = json.loads(localspec(*args[:-3], "--json").stdout)  # no seed: a random one, standard verification
+    assert unseeded["settings"]["verify"] == "standard"
+
+
 def test_plain_mode_streams_text_and_prints_summary(tiny: TinyModels):
     res = localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0")
     assert res.returncode == 0
@@ -81,12 +94,17 @@ def test_prompt_from_stdin_and_stop_string(tiny: TinyModels):
     assert res["text"] == text[: text.find(stop)]
 
 
-def test_embedded_default_model_runs():
-    res = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "--json")
+def test_embedded_default_model_runs(tmp_path: Path):
+    res = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr
-    assert "SmolLM2" in res.stderr and "n-gram" in res.stderr
+    assert "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1" in res.stderr
+    assert "making the demo target once" in res.stderr
     out = json.loads(res.stdout)
-    assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "ngram"
+    assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "draft-model"
+    lookup = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "-d", "none", "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    assert "the demo target, SmolLM2-135M-Instruct in F32, with n-gram prompt lookup" in lookup.stderr
+    assert "making the demo target" not in lookup.stderr  # made once
+    assert json.loads(lookup.stdout)["stats"]["drafter"] == "ngram"
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)])
@@ -319,3 +337,59 @@ def test_help_is_its_snapshot(command: str):
     res = localspec(command, "--help", env={**os.environ, "COLUMNS": "100"})
     assert res.returncode == 0, res.stderr
     assert res.stdout == (SNAPSHOTS / f"help_{command}.txt").read_text(encoding="utf-8")
+
+
+def test_a_spinner_names_the_files_while_they_load(tiny: TinyModels, tmp_path: Path):
+    child = in_terminal("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "4", "--temp", "0",
+                        env={**os.environ, "TERM": "xterm-256color", "XDG_CACHE_HOME": str(tmp_path)})
+    child.expect_exact(f"loading target {tiny.target.name} (")
+    child.expect_exact(f"draft {tiny.close.name} (")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+
+
+def test_every_path_is_checked_before_any_file_is_parsed(tiny: TinyModels, tmp_path: Path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a gguf at all")
+    assert_one_line_error(localspec("run", "-m", str(broken), "-d", str(tmp_path / "missing.gguf"), "-p", "x"), "draft file not found")
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (("run", "--temp", "abc"), "Invalid value for '--temp'"),
+    (("run", "--no-such-option"), "No such option: --no-such-option"),
+    (("no-such-command",), "No such command 'no-such-command'"),
+    (("pull",), "Missing argument 'ALIAS'"),
+])
+def test_usage_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], fragment: str):
+    res = localspec(*args)
+    line = assert_one_line_error(res, fragment)
+    assert res.returncode == 2 and "--help` lists the options" in line
+
+
+def test_config_shows_values_as_they_are_typed(tmp_path: Path):
+    res = localspec("config", env={**os.environ, "COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    rows = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in res.stdout.splitlines() if line.count("│") >= 6}
+    assert rows["lookup_method"] == "ngram" and rows["threads"] == "default" and rows["stop"] == "none" and rows["suffix_cache"] == "true"
+
+
+def test_models_lists_the_demo_pair(tmp_path: Path):
+    res = localspec("models", "--json", env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)})
+    assert res.returncode == 0, res.stderr
+    demo = [row for row in json.loads(res.stdout) if row["embedded"]]
+    assert len(demo) == 1 and demo[0]["alias"] is None and demo[0]["draft_files"][0].endswith(".Q4_1.gguf")
+
+
+def test_a_reader_that_stops_reading_ends_the_run_quietly(tiny: TinyModels):
+    proc = subprocess.Popen([*CLI, "run", "-m", str(tiny.target), "-p", "the cat", "-n", "3000", "--ctx", "4096", "--temp", "0", "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.read(1)  # `head -c 1`
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and err == b"", err
+
+
+def test_version_names_the_llama_cpp_build_and_its_backends():
+    out = localspec("--version").stdout
+    assert "llama-cpp-python " in out and "backends: " in out and "CPU" in out.split("backends: ")[1]

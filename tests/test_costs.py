@@ -148,6 +148,20 @@ def test_a_draft_that_sat_out_catches_up_on_every_token_it_missed(tiny: TinyMode
         assert m.cached == prompt + [1]
 
 
+def test_catching_up_is_timed_apart_from_drafting(tiny: TinyModels):
+    """What a draft evaluates after sitting out steps is no cost of drafting: the call's cost
+    estimate and a probe's verdict leave it out (a probe charged with it would keep a good draft
+    benched); the steady state's one or two tokens are the drafting's own."""
+    with Model(tiny.close, model_options()) as m:
+        view = DraftView(m)
+        prompt = list(range(10, 20))
+        view.begin(prompt)
+        view.sync(prompt + [100, 101])
+        assert view.caught_up_s == 0.0
+        view.sync(prompt + [100, 101, *range(102, 112)])
+        assert view.caught_up_s > 0.0
+
+
 def test_a_slow_first_pass_that_paged_in_the_weights_does_not_set_the_figure():
     costs = LiveCosts()
     costs.observe_verify(1, 0.5)  # the process's first pass reads the weights from disk

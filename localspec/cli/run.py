@@ -45,6 +45,7 @@ def run(
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
     from rich.console import Console
 
+    from localspec.cli.views.loading import loading
     from localspec.cli.views.render import (
         collect,
         render_plain,
@@ -80,7 +81,8 @@ def run(
         notify = (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True))
         files, settings = request(model, draft, flags, notify, seed=secrets.randbits(32))
         config = generation_config(settings)
-        loaded = load(files, settings, cancel, verbose, notify=notify)
+        with loading(files, shown=not quiet and not json_out):
+            loaded = load(files, settings, cancel, verbose, notify=notify)
         try:
             notice = None if raw else template_notice(loaded.target)
             tokens = prompt_tokens(loaded.target, prompt, raw)
@@ -96,7 +98,7 @@ def run(
             loaded.close()
     done.stats.load_s = loaded.load_s
     if json_out:
-        typer.echo(result_json(done, settings.seed, files, settings))
+        typer.echo(result_json(done, settings.seed, loaded.files, settings))
     elif not quiet:
         if notice:
             typer.echo(f"note: {notice}", err=True)

@@ -45,6 +45,7 @@ def serve(
     Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     import uvicorn
 
+    from localspec.cli.views.loading import loading
     from localspec.server.app import ServeConfig, Server
     from localspec.session.loader import load, names_file
 
@@ -56,9 +57,11 @@ def serve(
             # What one client generated would speed up (and so show through the timing of) another's.
             notify(f"the suffix cache is off on {host}: clients could tell what others generated from response times")
             settings = settings.merged({"suffix_cache": False})
-        loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
+        with loading(files):
+            loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
     if not is_loopback(host) and api_key is None:
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
+    files = loaded.files
     model_id = model if model and not names_file(model) else files.model.name  # an alias, or the file's name
     config = ServeConfig(
         settings=settings, model_id=model_id, model_names=(files.model.name, files.model.stem, *([model] if model else [])),

@@ -9,6 +9,7 @@ may change between generations (chat's /set, a server's per-request overrides)."
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -114,7 +115,7 @@ class Settings:
     top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", panel=SAMPLING, api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
     top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", panel=SAMPLING, api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
     min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", panel=SAMPLING, api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
-    seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation) at temp 0 always, and at temp > 0 with --verify coupled (any drafting) or with --draft-mode fixed on the same machine.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation), with any drafting: a seed given makes --verify coupled unless --verify is given too.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
     stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", panel=SAMPLING, metavar="TEXT", api="stop", alias=False, help="Stop at this text (repeatable)."))
     ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
     threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
@@ -125,7 +126,7 @@ class Settings:
     draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
     draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
     draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", choices=DRAFT_POLICIES))
-    verify: str = field(default=defaults.DEFAULT_VERIFY, metadata=_about(flag="--verify", panel=SAMPLING, api="speculative.verify", help="At temp > 0: 'standard' speculative sampling; 'coupled' draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (fewer drafts accepted).", choices=VERIFY_MODES))
+    verify: str = field(default=defaults.DEFAULT_VERIFY, metadata=_about(flag="--verify", panel=SAMPLING, api="speculative.verify", help="At temp > 0: 'standard' speculative sampling (the default without --seed); 'coupled' (the default with --seed) draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (a few more drafts rejected).", choices=VERIFY_MODES))
     draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
     draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
     draft_mode: str = field(default=defaults.DEFAULT_DRAFT_MODE, metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max; off: the target alone.", choices=DRAFT_MODES))
@@ -192,6 +193,17 @@ def of_types(value: Any, types: tuple[type, ...]) -> bool:
     return isinstance(value, types) and (bool in types or not isinstance(value, bool))
 
 
+def typed(value: Any) -> str:
+    """A setting's value as a user would type it (`localspec config`, chat's /set)."""
+    if value is None:
+        return "default"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return " ".join(shlex.quote(v) for v in value) if value else "none"
+    return shlex.quote(value) if isinstance(value, str) else str(value)
+
+
 def parse(name: str, text: str) -> Any:
     """A value typed as text (chat's /set), for field `name`."""
     kind = value_types(name)[-1]
@@ -202,6 +214,15 @@ def parse(name: str, text: str) -> Any:
     if kind is tuple:
         return (text,) if text else ()
     return kind(text)
+
+
+def repeatable(values: Mapping[str, Any]) -> dict[str, Any]:
+    """What the user set (`values`), with coupled verification where they set a seed and no verify:
+    standard verification's text depends on how far each step drafted, which auto decides from
+    timings, so only coupled verification makes a seed repeat."""
+    if values.get("seed") not in (None, RANDOM_SEED) and "verify" not in values:
+        return {**values, "verify": "coupled"}
+    return dict(values)
 
 
 # What models.toml may recommend for an alias (and the types its values must have).

@@ -24,6 +24,7 @@ from localspec.config.settings import (
     Settings,
     of_types,
     parse,
+    repeatable,
     value_types,
 )
 from localspec.errors import LocalspecError
@@ -98,8 +99,12 @@ def precedence(
     command: Mapping[str, Any] | None = None, flags: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, Mapping[str, Any]]]:
     """The sources of settings, lowest first (the module's docstring says why in this order)."""
-    return [("config file", config.settings), ("alias", recommended), ("command", command or {}),
-            ("environment", env.settings), ("flag", flags or {})]
+    sources = [("config file", config.settings), ("alias", recommended), ("command", command or {}),
+               ("environment", env.settings), ("flag", flags or {})]
+    # A seed the user set (not the random one a command draws) asks for a text that repeats.
+    given = {k: v for name, values in sources if name != "command" for k, v in values.items()}
+    coupled = {k: v for k, v in repeatable(given).items() if k not in given}
+    return [*sources, ("seed", coupled)] if coupled else sources
 
 
 def layered(sources: list[tuple[str, Mapping[str, Any]]]) -> dict[str, tuple[Any, str]]:

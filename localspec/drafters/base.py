@@ -82,6 +82,9 @@ class Draft:
     # controller to calibrate; None when the drafter has no such measure.
     confidences: list[float] | None = None
     passes: int = 0  # draft-model passes this proposal took (what its call cost is modelled by)
+    # Seconds of the call spent catching up with what was generated while the draft sat out: no
+    # cost of drafting (its estimate and a probe's verdict leave it out; the clock does not).
+    catch_up_s: float = 0.0
 
     @property
     def source(self) -> str:

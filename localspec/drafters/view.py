@@ -12,11 +12,16 @@ the draft's context, never fed to it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from localspec.backend.model import Model
+
+# A draft that drafted the step before evaluates at most two tokens to catch up (the last it
+# drafted and the target's own); more means it sat out steps.
+STEADY_TOKENS = 2
 
 
 class DraftView:
@@ -25,6 +30,7 @@ class DraftView:
         self.n_vocab = target_vocab or model.n_vocab  # the target's: no row handed to the verifier is wider
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
+        self.caught_up_s = 0.0  # the last sync's seconds, when it evaluated what the draft sat out
 
     def knows(self, token: int) -> bool:
         """Whether the draft has this id. After a token it lacks, its guesses would continue the
@@ -46,9 +52,13 @@ class DraftView:
         over the target's vocabulary."""
         if len(context) < self.seen:
             self.begin(context)
-        self.tokens.extend(self._known(context[self.seen :]))
+        new = self._known(context[self.seen :])
+        self.tokens.extend(new)
         self.seen = len(context)
-        return self.fit(self.model.sync(self.tokens))
+        t0 = time.perf_counter()
+        logits = self.fit(self.model.sync(self.tokens))
+        self.caught_up_s = time.perf_counter() - t0 if len(new) > STEADY_TOKENS else 0.0
+        return logits
 
     def fit(self, logits: np.ndarray) -> np.ndarray:
         """Draft logits (one row or several) cut to the target's vocabulary. A draft with fewer ids

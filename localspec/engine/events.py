@@ -65,14 +65,31 @@ class GenerationStats:
     # stopped a drafter, if it did.
     costs_ms: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-    # What the target alone would reach, from its one-token passes timed in this engine's plain
-    # steps (0 when it ran none): the yardstick for whether speculation helped.
-    target_alone_tps: float = 0.0
+    # What the target alone would have taken for the same tokens, each step's at the moment's cost
+    # of a one-token pass (its verification's time over what a pass that wide costs relative to one
+    # token), and what the steps took (drafting and verification): their ratio is the speedup
+    # estimate, so a load that swings mid-run moves both alike, and a step that yields one token
+    # can never count as a gain.
+    alone_s: float = 0.0
+    steps_s: float = 0.0
     # The target's threads: at the end, the fewest it ran on (fewer while the machine was busy),
     # and the count it was given.
     threads: int = 0
     threads_fewest: int = 0
     threads_default: int = 0
+
+    @property
+    def speedup_estimate(self) -> float:
+        """Estimated speed against the target alone (0: no step to judge from). Never above the
+        tokens per pass: no pass costs less than a one-token pass, so no speedup can be more."""
+        if self.alone_s <= 0 or self.steps_s <= 0:
+            return 0.0
+        return min(self.alone_s / self.steps_s, self.mean_tokens_per_step)
+
+    @property
+    def target_alone_tps(self) -> float:
+        speedup = self.speedup_estimate
+        return self.tokens_per_second / speedup if speedup else 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -118,6 +135,7 @@ class GenerationStats:
             "draft_mode": self.draft_mode,
             "costs_ms": self.costs_ms,
             "target_alone_tokens_per_second": round(self.target_alone_tps, 3),
+            "speedup_estimate": round(self.speedup_estimate, 3),
             "threads": self.threads,
             "threads_fewest": self.threads_fewest,
             "threads_default": self.threads_default,

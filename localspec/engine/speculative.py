@@ -19,19 +19,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from localspec.backend.model import DecodeAborted, Model
-from localspec.config.defaults import (
-    DEFAULT_DRAFT_MAX,
-    DEFAULT_DRAFT_MIN,
-    DEFAULT_DRAFT_MODE,
-    DEFAULT_MAX_TOKENS,
-    DEFAULT_VERIFY,
-)
-from localspec.drafters.base import Draft, Drafter, DraftKey, DraftSettings
+from localspec.drafters.base import Draft, Drafter
 from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.events import (
@@ -43,6 +35,7 @@ from localspec.engine.events import (
     StepEvent,
     TokenEvent,
 )
+from localspec.engine.generation import GenerationConfig, Proposal, Run
 from localspec.engine.text import TextStream
 from localspec.engine.threads import ThreadGovernor
 from localspec.engine.tree_verify import TreeLayout, verify_tree
@@ -50,39 +43,6 @@ from localspec.engine.verdicts import judged, verify
 from localspec.errors import LocalspecError
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.draws import Coupling
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """What one generation reads (session/generation.py builds it from the validated settings)."""
-
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    draft_mode: str = DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
-    verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
-    drafting: DraftSettings = field(default_factory=DraftSettings)
-
-
-@dataclass
-class _Run:
-    """One generation's state, passed from step to step."""
-
-    config: GenerationConfig
-    cancel: threading.Event
-    rng: np.random.Generator
-    coupling: Coupling | None
-    drafter: Drafter | None  # None: the target alone (--draft-mode off, or speculation turned off)
-    stats: GenerationStats
-    ctx: list[int]  # the prompt and every token emitted (and verified) so far
-    stream: TextStream
-    notes_before: int  # the controller's notes from earlier generations
-    generated: list[int] = field(default_factory=list)
-    stop_reason: str = ""
-    t_gen: float = 0.0
 
 
 class SpeculativeEngine:
@@ -127,7 +87,7 @@ class SpeculativeEngine:
 
     def _start(
         self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None, rng: np.random.Generator | None, generation: int
-    ) -> _Run:
+    ) -> Run:
         target = self.target
         if not prompt:
             raise LocalspecError("the prompt is empty")
@@ -141,9 +101,9 @@ class SpeculativeEngine:
         stats = GenerationStats(drafter=self.drafter_name if drafter else "none", n_prompt=len(prompt), draft_mode=config.draft_mode)
         stats.threads_default = self.governor.most if self.governor else target.threads
         stats.threads_fewest = target.threads
-        return _Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
+        return Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
 
-    def _prefill(self, run: _Run) -> PromptEvent:
+    def _prefill(self, run: Run) -> PromptEvent:
         """Evaluate the prompt but its last token, which goes into the first verification batch,
         so even the first generated token can come from the draft."""
         wall = time.perf_counter()
@@ -158,7 +118,7 @@ class SpeculativeEngine:
         run.stats.prompt_s = self.clock.prompt(run.stats.n_prompt_evaluated, time.perf_counter() - wall)
         return PromptEvent(run.stats.n_prompt, run.stats.n_prompt_evaluated, run.stats.prompt_s, run.stats.drafter)
 
-    def _step(self, run: _Run) -> Iterator[Event]:
+    def _step(self, run: Run) -> Iterator[Event]:
         """One step: propose, verify in one target pass, record what it cost and earned, emit."""
         config, ctx = run.config, run.ctx
         room = self.target.n_ctx - len(ctx)
@@ -167,7 +127,8 @@ class SpeculativeEngine:
             return
         k_max = min(config.draft_max, config.max_tokens - len(run.generated) - 1, room, self.target.n_batch - 1)
         self.controller.costs.at(len(ctx))
-        draft, draft_s, asked = self._propose(run, k_max)
+        proposal = self._propose(run, k_max)
+        draft = proposal.draft
         # Timed up to the verdict: on a GPU a pass's work is done only once its logits are read.
         wall = time.perf_counter()
         path, token, depth, rolled_back = self._verify(run, draft)
@@ -178,29 +139,31 @@ class SpeculativeEngine:
             run.drafter = None
             yield NoticeEvent(f"{self.target.path.name} cannot roll back its state: speculation is off")
         emitted = [*(draft.tokens[i] for i in path), token]
-        self._record(run, draft, asked, path, depth, draft_s, verify_s)
+        self._record(run, proposal, path, depth, verify_s)
         ctx.extend(emitted)
         yield from self._emit(run, draft, emitted, len(path))
 
-    def _propose(self, run: _Run, k_max: int) -> tuple[Draft, float, DraftKey | None]:
-        """The step's draft, the seconds it took, and the drafter its budget let draft."""
+    def _propose(self, run: Run, k_max: int) -> Proposal:
         config, drafter = run.config, run.drafter
         if drafter is None or k_max < max(1, config.draft_min):
-            return Draft(), 0.0, None
+            return Proposal(Draft())
         floor = config.draft_min
         budget = self.controller.plan(k_max, floor) if config.draft_mode == "auto" else FixedBudget(k_max, floor)
         wall = time.perf_counter()
         draft = drafter.propose(run.ctx, budget, config.sampling, run.rng)
-        draft_s = 0.0
+        out = Proposal(draft, asked=budget.asked)
         if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
-            draft_s = self.clock.draft(draft.source, draft.passes, time.perf_counter() - wall)
-            self.controller.costs.observe_draft(draft.source, draft.passes, draft_s)
+            measured = time.perf_counter() - wall
+            out.seconds = self.clock.draft(draft.source, draft.passes, measured)
+            caught_up = out.seconds * min(draft.catch_up_s / measured, 1.0) if draft.catch_up_s else 0.0
+            out.judged_s = out.seconds - caught_up
+            self.controller.costs.observe_draft(draft.source, draft.passes - (caught_up > 0), out.judged_s)
         if len(draft) < floor and draft.probs is None:
             # A lookup match that runs out early: deterministic, so dropping it is exact.
-            draft = Draft()
-        return draft, draft_s, budget.asked
+            out.draft = Draft()
+        return out
 
-    def _verify(self, run: _Run, draft: Draft) -> tuple[list[int], int, int, bool]:
+    def _verify(self, run: Run, draft: Draft) -> tuple[list[int], int, int, bool]:
         """(the accepted draft indices, the target's own next token, the draft's depth, whether
         the target's cache dropped the rejected tail) for a chain or a tree."""
         ctx, target = run.ctx, self.target
@@ -214,9 +177,14 @@ class SpeculativeEngine:
         target.prefill([*ctx, *draft.tokens[:n_acc]])
         return list(range(n_acc)), token, len(draft.tokens), False
 
-    def _record(self, run: _Run, draft: Draft, asked: DraftKey | None, path: list[int], depth: int, draft_s: float, verify_s: float) -> None:
+    def _record(self, run: Run, proposal: Proposal, path: list[int], depth: int, verify_s: float) -> None:
         """What the step cost and earned, for the controller, the thread governor and the stats."""
+        draft = proposal.draft
         costs, width, stats = self.controller.costs, len(draft.tokens) + 1, run.stats
+        # A one-token pass, now: priced only where a pass this wide and one-token ones were timed,
+        # and never above the pass itself (noisy first passes can make a wide one look cheaper).
+        run.plain_s = verify_s / max(costs.relative(width), 1.0) if costs.anchored and costs.seen.get(width) else 0.0
+        stats.steps_s += proposal.seconds + verify_s if run.plain_s else 0.0
         if self.governor is not None:
             self.governor.observe(costs.verify(width), costs.relative(width), verify_s)
             stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
@@ -224,10 +192,10 @@ class SpeculativeEngine:
         if draft.tokens:
             self.controller.update(draft.key, depth, len(path), judged(draft, path))
             stats.n_steps_drafted += 1
-        self.controller.record_step(asked, len(draft.tokens), len(path) + 1, draft_s + verify_s)
+        self.controller.record_step(proposal.asked, len(draft.tokens), len(path) + 1, proposal.judged_s + verify_s)
         stats.n_steps += 1
 
-    def _emit(self, run: _Run, draft: Draft, emitted: list[int], n_acc: int) -> Iterator[Event]:
+    def _emit(self, run: Run, draft: Draft, emitted: list[int], n_acc: int) -> Iterator[Event]:
         """Yield the step's tokens up to the first that ends generation (eos, a stop string, -n)."""
         stats, shown = run.stats, 0
         for tok in emitted:
@@ -250,19 +218,18 @@ class SpeculativeEngine:
         # The user's counts are of what was emitted: draft tokens verified past the end of
         # generation count as neither accepted nor generated.
         accepted = min(n_acc, shown)
+        stats.alone_s += shown * run.plain_s
         if draft.tokens:
             stats.record(draft.source, len(draft.tokens), accepted)
         yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
 
-    def _done(self, run: _Run) -> DoneEvent:
+    def _done(self, run: Run) -> DoneEvent:
         stats, costs = run.stats, self.controller.costs
         stats.elapsed_s = self.clock.now() - run.t_gen
         stats.threads = self.target.threads
         stats.notes = self.controller.notes[run.notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in costs.summary(mean_batch).items()}
-        if costs.seen.get(1):
-            stats.target_alone_tps = self.controller.plain_rate()
         tail = run.stream.finish()
         return DoneEvent(run.stop_reason, stats, tail, run.stream.text, run.generated)
 

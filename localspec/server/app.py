@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from localspec.config.settings import FIELDS, SettingError, Settings
+from localspec.config.settings import FIELDS, SettingError, Settings, repeatable
 from localspec.engine.events import DoneEvent, GenerationStats, PromptEvent, TokenEvent
 from localspec.server.metrics import Metrics
 from localspec.server.protocol import ApiError, ApiRequest, bad, parse_request
@@ -236,7 +236,7 @@ class Server:
 
     def _settings(self, values: dict[str, Any]) -> Settings:
         try:
-            return self.config.settings.merged(values)
+            return self.config.settings.merged(repeatable(values))
         except SettingError as e:
             raise ApiError(400, e.worded(lambda n: FIELDS[n].api or n), FIELDS[e.name].api or e.name) from None
 

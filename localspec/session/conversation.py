@@ -18,6 +18,7 @@ from localspec.config.settings import (
     SettingError,
     Settings,
     parse,
+    typed,
 )
 from localspec.engine.events import DoneEvent, Event
 from localspec.errors import LocalspecError
@@ -28,6 +29,8 @@ from localspec.session.prompt import Message, render_chat, tokenize_rendered
 
 # /set KEY VALUE: the settings that may change between replies, by their flag's name.
 SETTABLE = {FIELDS[name].key: name for name in PER_GENERATION}
+FIXED = {about.key: name for name, about in FIELDS.items() if name not in PER_GENERATION}  # set at load
+
 
 @dataclass
 class SessionTotals:
@@ -119,24 +122,27 @@ class ChatSession:
 
     def current(self) -> list[str]:
         """`key = value` for each setting /set may change, as it stands."""
-        return [f"{key} = {getattr(self.settings, name)!r}" for key, name in SETTABLE.items()]
+        return [f"{key} = {typed(getattr(self.settings, name))}" for key, name in SETTABLE.items()]
 
     def set_option(self, key: str, value: str) -> str:
         """/set KEY VALUE: a per-generation setting, named as its flag without the dashes."""
+        if key in FIXED:
+            flag = FIELDS[FIXED[key]].flag
+            raise LocalspecError(f"{key} is fixed for the session: start the chat with {flag} {value or 'VALUE'}")
         if key not in SETTABLE:
             raise LocalspecError(f"unknown setting {key!r}; settable: {', '.join(SETTABLE)}")
         name = SETTABLE[key]
         try:
             parsed = parse(name, value)
         except ValueError:
-            raise LocalspecError(f"{key} needs a value like {getattr(self.settings, name)!r}, not {value!r}") from None
+            raise LocalspecError(f"{key} needs a value like {typed(getattr(self.settings, name))}, not {value!r}") from None
         try:
             self.settings = self.settings.merged({name: parsed})
         except SettingError as e:
             raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         if name == "seed":
             self.rng, self.generation = np.random.default_rng(self.settings.rng_seed), 0
-        return f"{key} = {parsed}"
+        return f"{key} = {typed(getattr(self.settings, name))}"
 
     def reset(self) -> None:
         self.messages.clear()

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from localspec.backend import rpc
+from localspec.backend.demo import demo_path, demo_target
 from localspec.backend.devices import local_gpus
 from localspec.backend.endpoints import parse_endpoints
-from localspec.backend.gguf_file import check_gguf
+from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.vocab import (
@@ -30,7 +31,12 @@ from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import Memory, SuffixDrafter
-from localspec.drafters.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
+from localspec.drafters.suffix_cache import (
+    LOAD_WAIT_S,
+    SuffixCache,
+    cache_dir,
+    cache_file,
+)
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
@@ -43,6 +49,19 @@ DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
 class ModelFiles:
     model: Path
     draft: Path | None = None
+    demo: bool = False  # the shipped model: the target is its F32 upcast (backend/demo.py)
+
+    def made(self, notify: Callable[[str], None]) -> ModelFiles:
+        """The files as loaded: for the demo, the F32 target made from the shipped file (once),
+        or, where it cannot be written, the shipped file alone."""
+        if not self.demo:
+            return self
+        try:
+            target = demo_target(self.model, demo_folder(), physical_cores(), notify)
+        except LocalspecError as e:
+            notify(f"{e}: the demo runs the shipped Q4_1 alone")
+            return ModelFiles(self.model, None if self.draft == self.model else self.draft)
+        return ModelFiles(target, self.draft)
 
 
 def resolve(
@@ -56,7 +75,8 @@ def resolve(
 
     draft_path = None if draft is None or draft.lower() == "none" else Path(draft).expanduser()
     if model is None:
-        return ModelFiles(defaults.embedded_model(), draft_path), {}
+        shipped = defaults.embedded_model()
+        return ModelFiles(shipped, shipped if draft is None else draft_path, demo=True), {}
     if names_file(model):
         return ModelFiles(Path(model).expanduser(), draft_path), {}
     alias = load_registry().get(model)
@@ -72,6 +92,16 @@ def resolve(
     return ModelFiles(target, draft_path), dict(alias.settings)
 
 
+def demo_folder() -> Path:
+    return cache_dir() / "demo"
+
+
+def demo_files() -> tuple[Path, Path]:
+    """The demo's shipped file and where its F32 target is (or will be) made."""
+    shipped = defaults.embedded_model()
+    return shipped, demo_path(shipped, demo_folder())
+
+
 def names_file(model: str) -> bool:
     """Whether -m names a GGUF file rather than an alias."""
     return Path(model).expanduser().exists() or model.endswith(".gguf")
@@ -85,6 +115,7 @@ class Loaded:
     load_s: float
     # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
     cancel: threading.Event
+    files: ModelFiles  # as loaded (the demo's: its F32 target)
 
     def close(self) -> None:
         if self.draft is not None:
@@ -100,10 +131,15 @@ def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag:
 
 
 def load_models(
-    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False, serving: bool = False
+    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False, serving: bool = False,
+    notify: Callable[[str], None] = lambda _m: None,
 ) -> tuple[Model, Model | None]:
     """Check both files and their vocabularies before any weights are loaded, then load them
     (serving: each keeping settings.slots conversations in its cache)."""
+    check_exists(files.model, "model")
+    if files.draft is not None:
+        check_exists(files.draft, "draft")
+    files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
     if draft_info is not None:
@@ -241,9 +277,10 @@ def load(
     suffix_memory)."""
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
-    target, draft = load_models(files, settings, cancel, verbose, serving)
+    files = files.made(notify)
+    target, draft = load_models(files, settings, cancel, verbose, serving, notify)
     memory = suffix_memory(target, settings, notify, scope)
     drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     engine.governor = thread_governor(target, draft, settings)
-    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)
+    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel, files)

@@ -33,11 +33,8 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
             f"accepted {stats.n_accepted}/{stats.n_drafted} drafted ({stats.acceptance_rate:.1%}), "
             f"{stats.mean_tokens_per_step:.2f} tokens/pass"
         )
-        if stats.target_alone_tps and stats.tokens_per_second:
-            parts.append(
-                f"~{stats.tokens_per_second / stats.target_alone_tps:.2f}x the target alone "
-                f"(est. {stats.target_alone_tps:.1f} tok/s)"
-            )
+        if stats.speedup_estimate and stats.tokens_per_second:
+            parts.append(f"~{stats.speedup_estimate:.2f}x the target alone (est. {stats.target_alone_tps:.1f} tok/s)")
     reused = stats.n_prompt - stats.n_prompt_evaluated
     evaluated = f", {stats.n_prompt_evaluated} evaluated" if reused > 0 else ""
     parts.append(f"prompt {stats.n_prompt} tokens{evaluated} ({stats.prompt_tokens_per_second:.0f} tok/s)")

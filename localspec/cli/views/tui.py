@@ -4,7 +4,12 @@ The text is written as it comes, never with a newline the model did not produce,
 and anything copied from it read as the model wrote it. The status line lives on the terminal's
 last row, outside a scroll region that holds everything above it (DECSTBM, which every VT100
 descendant has): the terminal itself wraps and scrolls the text, and the status line is redrawn in
-place, the cursor saved and restored around it. The region is always reset on the way out."""
+place, the cursor saved and restored around it. The region is always reset on the way out.
+
+Restoring the cursor forgets a pending wrap (a row just filled to its last column, the next
+character due on the row below): tmux and most real terminals then print that character over the
+last column. So the text's column is tracked, and while a row stands full the status line waits
+for the next character (which wraps the row) instead of being redrawn."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TextIO
 
+from rich.cells import get_character_cell_size
 from rich.console import Console
 from rich.text import Text
 
@@ -85,6 +91,10 @@ class StatusTerminal:
         self.out, self._size, self.colour = out, size, colour
         self._rows = 0
         self.ends_line = True  # whether the text written so far ends with a newline
+        self._col = 0  # cells of the text's last row (the width: the row is full, a wrap pending)
+        self._line = 0  # cells since the last newline (to place the column again after a resize)
+        self._width = 0
+        self._waiting: str | None = None  # a status line held back while a wrap is pending
 
     def _margins(self) -> str:
         """Keep the text in rows 1..H-1 (setting margins homes the cursor: it is saved around it)."""
@@ -92,6 +102,7 @@ class StatusTerminal:
         return f"{SAVE}\x1b[1;{self._rows - 1}r{RESTORE}"
 
     def start(self) -> None:
+        self._width = self._size()[0]
         if self._size()[1] < MIN_ROWS:
             return  # no room for a status line: the text alone
         # A row for the status line below the cursor: at the bottom of the screen this scrolls.
@@ -103,11 +114,46 @@ class StatusTerminal:
             return
         self.ends_line = text.endswith("\n")
         self.out.write(f"{colour}{text}{RESET}" if self.colour and colour else text)
-        self.out.flush()
+        self._advance(text)
+        if self._waiting is not None and not self._wrap_pending():
+            line, self._waiting = self._waiting, None
+            self.status(line)
+        else:
+            self.out.flush()
+
+    def _advance(self, text: str) -> None:
+        """Follow the cursor's column as the terminal moves it for `text`."""
+        width = self._size()[0]
+        for ch in text:
+            if ch in "\n\r":
+                self._col = self._line = 0
+            elif ch == "\b":
+                self._col, self._line = max(self._col - 1, 0), max(self._line - 1, 0)
+            elif ch == "\t":
+                stop = min((self._col // 8 + 1) * 8, width - 1) if self._col < width else self._col
+                self._line += stop - self._col
+                self._col = stop
+            elif cells := get_character_cell_size(ch):
+                if self._col + cells > width:  # the row is full, or a wide character does not fit
+                    self._col = 0
+                self._col += cells
+                self._line += cells
+
+    def _wrap_pending(self) -> bool:
+        width = self._size()[0]
+        if width != self._width:  # resized: the terminal reflowed the row (as tmux does), or not
+            self._width = width
+            self._col = self._line % width if width else 0
+            if self._line and not self._col:
+                self._col = width
+        return self._col >= width > 0
 
     def status(self, line: str) -> None:
         width, rows = self._size()
         if rows < MIN_ROWS:
+            return
+        if self._wrap_pending():
+            self._waiting = line
             return
         redo = self._margins() if rows != self._rows else ""  # the terminal was resized
         shown = line[: max(width - 1, 0)]

@@ -1,0 +1,66 @@
+"""A generation: what it reads (its config) and what it carries from step to step of the loop
+(engine/speculative.py)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from localspec.config.defaults import (
+    DEFAULT_DRAFT_MAX,
+    DEFAULT_DRAFT_MIN,
+    DEFAULT_DRAFT_MODE,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_VERIFY,
+)
+from localspec.drafters.base import Draft, Drafter, DraftKey, DraftSettings
+from localspec.engine.events import GenerationStats
+from localspec.engine.text import TextStream
+from localspec.sampling.dist import SamplingParams
+from localspec.sampling.draws import Coupling
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """What one generation reads (session/generation.py builds it from the validated settings)."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    draft_max: int = DEFAULT_DRAFT_MAX
+    draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
+    draft_mode: str = DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
+    verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
+    drafting: DraftSettings = field(default_factory=DraftSettings)
+
+
+@dataclass
+class Run:
+    """One generation's state, passed from step to step."""
+
+    config: GenerationConfig
+    cancel: threading.Event
+    rng: np.random.Generator
+    coupling: Coupling | None
+    drafter: Drafter | None  # None: the target alone (--draft-mode off, or speculation turned off)
+    stats: GenerationStats
+    ctx: list[int]  # the prompt and every token emitted (and verified) so far
+    stream: TextStream
+    notes_before: int  # the controller's notes from earlier generations
+    generated: list[int] = field(default_factory=list)
+    stop_reason: str = ""
+    t_gen: float = 0.0
+    plain_s: float = 0.0  # what a one-token target pass cost at the latest step
+
+
+@dataclass
+class Proposal:
+    """A step's draft, what drafting took, and whom the step is credited to."""
+
+    draft: Draft
+    seconds: float = 0.0
+    judged_s: float = 0.0  # of those, what drafting cost (not catching up): what a verdict judges
+    asked: DraftKey | None = None  # the drafter the step's budget let draft
