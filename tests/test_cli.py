@@ -353,6 +353,10 @@ def test_every_path_is_checked_before_any_file_is_parsed(tiny: TinyModels, tmp_p
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf at all")
     assert_one_line_error(localspec("run", "-m", str(broken), "-d", str(tmp_path / "missing.gguf"), "-p", "x"), "draft file not found")
+    # The demo's target is made only once the paths stand: a mistyped -d is told at once.
+    demo = localspec("run", "-d", str(tmp_path / "missing.gguf"), "-p", "x", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    assert_one_line_error(demo, "draft file not found", alone=False)
+    assert "making the demo target" not in demo.stderr and not (tmp_path / "cache" / "localspec" / "demo").exists()
 
 
 @pytest.mark.parametrize("args, fragment", [

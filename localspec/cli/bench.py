@@ -63,7 +63,7 @@ def bench(
     from localspec.engine.clock import SimulatedClock, WallClock
     from localspec.json_file import write_json
     from localspec.session.generation import generation_config
-    from localspec.session.loader import load_models
+    from localspec.session.loader import ModelFiles, load_models
     from localspec.session.prompt import prompt_tokens
 
     if repeat < 1 or limit < 0:
@@ -77,8 +77,8 @@ def bench(
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
         clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
         selected = load_prompts(prompts, category or (), limit)
-        files = files.made(lambda m: typer.echo(m, err=True))
-        target, draft_model = load_models(files, settings, threading.Event(), verbose)
+        target, draft_model = load_models(files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True))
+        files = ModelFiles.of(target, draft_model)
         if isinstance(clock, SimulatedClock):
             models = [m for m in (target, draft_model) if m is not None]
             clock.inside = lambda: sum(m.busy_s for m in models)

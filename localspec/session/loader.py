@@ -51,9 +51,18 @@ class ModelFiles:
     draft: Path | None = None
     demo: bool = False  # the shipped model: the target is its F32 upcast (backend/demo.py)
 
+    @staticmethod
+    def of(target: Model, draft: Model | None) -> ModelFiles:
+        """The files loaded models came from (the demo's: its F32 target)."""
+        return ModelFiles(target.path, draft.path if draft else None)
+
     def made(self, notify: Callable[[str], None]) -> ModelFiles:
-        """The files as loaded: for the demo, the F32 target made from the shipped file (once),
-        or, where it cannot be written, the shipped file alone."""
+        """The files as loaded, every path checked first (a mistyped -d is told before anything is
+        parsed or made): for the demo, the F32 target made from the shipped file (once), or, where
+        it cannot be written, the shipped file alone."""
+        check_exists(self.model, "model")
+        if self.draft is not None:
+            check_exists(self.draft, "draft")
         if not self.demo:
             return self
         try:
@@ -115,7 +124,10 @@ class Loaded:
     load_s: float
     # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
     cancel: threading.Event
-    files: ModelFiles  # as loaded (the demo's: its F32 target)
+
+    @property
+    def files(self) -> ModelFiles:
+        return ModelFiles.of(self.target, self.draft)
 
     def close(self) -> None:
         if self.draft is not None:
@@ -136,9 +148,6 @@ def load_models(
 ) -> tuple[Model, Model | None]:
     """Check both files and their vocabularies before any weights are loaded, then load them
     (serving: each keeping settings.slots conversations in its cache)."""
-    check_exists(files.model, "model")
-    if files.draft is not None:
-        check_exists(files.draft, "draft")
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
@@ -277,10 +286,9 @@ def load(
     suffix_memory)."""
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
-    files = files.made(notify)
     target, draft = load_models(files, settings, cancel, verbose, serving, notify)
     memory = suffix_memory(target, settings, notify, scope)
     drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     engine.governor = thread_governor(target, draft, settings)
-    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel, files)
+    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)
