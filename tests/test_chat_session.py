@@ -32,14 +32,26 @@ def answers(session: ChatSession, questions: list[str], reset: bool = False) -> 
 
 
 def test_replies_draw_on_from_one_stream_and_a_seed_repeats_the_conversation(loaded):
-    session = ChatSession(loaded, SAMPLED)
+    session = ChatSession(loaded, SAMPLED, verify_chosen=True)  # chat --verify standard
     first, again = answers(session, ["the cat", "the cat"], reset=True)
     # The same question in a fresh conversation is asked of a stream that has moved on.
     assert first != again
     # The same seed in a new session, or set again in this one, repeats the conversation as a whole.
     assert answers(ChatSession(loaded, SAMPLED), ["the cat", "the cat"], reset=True) == [first, again]
-    session.set_option("seed", "11")
+    assert session.set_option("seed", "11") == "seed = 11"  # the verification chosen stays
     assert answers(session, ["the cat", "the cat"], reset=True) == [first, again]
+
+
+def test_set_seed_makes_verification_coupled_unless_one_was_chosen(loaded):
+    """As --seed does: under auto only coupled verification makes a seeded conversation repeat."""
+    unseeded = Settings(temp=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, draft_mode="auto")
+    session = ChatSession(loaded, unseeded)
+    assert session.set_option("seed", "5") == "seed = 5, verify = coupled"
+    first = answers(session, ["the cat", "the cat"], reset=True)
+    assert answers(ChatSession(loaded, unseeded.merged({"seed": 5, "verify": "coupled"})), ["the cat", "the cat"], reset=True) == first
+    assert session.set_option("seed", "-1") == "seed = -1, verify = standard"
+    session.set_option("verify", "standard")
+    assert session.set_option("seed", "5") == "seed = 5"  # chosen now: kept
 
 
 def test_set_seed_minus_one_draws_a_random_seed_and_rejects_what_no_generator_takes(loaded):

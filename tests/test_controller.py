@@ -88,6 +88,22 @@ def test_a_fresh_controller_times_the_target_alone_first_then_drafts_on_trial():
     assert plan(ctl, 8).floor == 0
 
 
+def test_a_trial_that_beat_the_target_alone_outweighs_estimates_still_leaning_on_their_priors():
+    """A draft pass at 0.55 of a target pass (a quant drafting for its upcast): after two trial
+    steps the per-position estimates still sit near their prior, and promise no gain. Steps that
+    beat the target alone keep it drafting; steps that did not bench it."""
+    for emitted, benched in ((4, False), (2, True)):
+        ctl = AutoController(live_costs(CPU_LIKE, {"draft-model": 0.55}))
+        for _ in range(TRIAL_STEPS):
+            budget = plan(ctl, 8)
+            assert budget.limit(MODEL, calibrated=True) == 8
+            ctl.update(MODEL, TRIAL_LENGTH, emitted - 1)
+            record(ctl, TRIAL_LENGTH, emitted, 3 * 0.55 + CPU_LIKE[4])  # 4 tokens: 1.13 a pass; 2: 0.56
+        assert ctl.best_length(MODEL, 8) == 0  # what the estimates alone say
+        assert (plan(ctl, 8).limit(MODEL, calibrated=True) == 0) == benched
+        assert any("estimated gain" in n for n in ctl.notes) == benched
+
+
 def test_high_acceptance_drafts_long_low_acceptance_stops():
     ctl = settled()
     for _ in range(30):

@@ -28,15 +28,30 @@ def test_the_first_step_s_numbers_are_usable_at_once():
 
 def test_a_busy_machine_moves_the_level_and_keeps_the_shape():
     costs = live_costs({1: 0.04, 2: 0.072, 9: 0.13})
+    shape = costs.verify(2) / costs.verify(1)
     for _ in range(10):  # everything now takes 1.5x as long
         costs.observe_verify(9, 0.195)
         costs.observe_verify(1, 0.06)
     assert costs.verify(1) == pytest.approx(0.06, rel=0.05)
-    assert costs.verify(2) / costs.verify(1) == pytest.approx(1.8, rel=0.05)  # never seen busy, still right
+    assert costs.verify(2) / costs.verify(1) == pytest.approx(shape, rel=0.05)  # never seen busy, still right
     for _ in range(10):  # and idle again
         costs.observe_verify(9, 0.13)
         costs.observe_verify(1, 0.04)
     assert costs.verify(1) == pytest.approx(0.04, rel=0.05)
+
+
+def test_a_width_timed_once_at_a_bad_moment_does_not_wall_off_wider_drafts():
+    """Widths timed often fix the line; one timed once, slow, leans on it, and so do wider ones
+    never timed (the trap: a 5-token pass priced at 2x its share stops every draft at 3 tokens,
+    so no wider pass is ever timed to say otherwise)."""
+    costs = live_costs({1: 0.030, 2: 0.036, 3: 0.042, 4: 0.048})  # 6 ms per extra token
+    costs.observe_verify(5, 0.066)  # once, while something else ran: 18 ms over the 4-token pass
+    assert costs.verify(5) - costs.verify(4) < 0.012
+    assert costs.verify(9) - costs.verify(5) == pytest.approx(4 * 0.006, rel=0.25)
+    for _ in range(12):  # timed again and again, the width's own figure wins
+        costs.observe_verify(5, 0.054)
+        costs.observe_verify(1, 0.030)
+    assert costs.verify(5) == pytest.approx(0.054, rel=0.05)
 
 
 def test_an_outlier_moves_an_estimate_by_a_bounded_step():
@@ -69,12 +84,21 @@ def test_a_longer_context_is_timed_afresh_and_a_short_one_keeps_its_figures():
     assert costs.verify(1) == pytest.approx(0.04) and costs.verify(3) == pytest.approx(0.052)
 
 
-def test_draft_calls_are_fitted_as_a_fixed_part_and_a_part_per_pass():
+def test_a_draft_call_is_priced_as_its_first_pass_and_each_later_one():
+    """The first pass takes in the tokens accepted since the last call (on a CPU two tokens cost
+    1.65x one): timed apart, the later passes are priced at what they cost, whatever lengths the
+    calls had (a fit on pass count alone, from calls of one to three passes, priced each as dear
+    as the first)."""
     costs = LiveCosts()
-    for passes in (1, 2, 4, 8, 3, 5):
-        costs.observe_draft("draft-model", passes, 0.002 + 0.005 * passes)
-    assert costs.draft("draft-model", 6) == pytest.approx(0.032, rel=0.01)
-    assert costs.summary(5)["draft-model_call_ms"] == pytest.approx(2.0, rel=0.05)
+    for passes in (1, 2, 1, 3, 2, 1):
+        first = 0.0185  # a two-token pass, with the call's overhead
+        costs.observe_draft("draft-model", passes, first + 0.0112 * (passes - 1), first)
+    assert costs.draft("draft-model", 6) == pytest.approx(0.0185 + 5 * 0.0112, rel=0.01)
+    summary = costs.summary(5)
+    assert summary["draft-model_call_ms"] == pytest.approx(18.5, rel=0.01) and summary["draft-model_pass_ms"] == pytest.approx(11.2, rel=0.01)
+    # After a catch-up (left out), all the passes counted are later ones.
+    costs.observe_draft("draft-model", 3, 3 * 0.0112)
+    assert costs.draft("draft-model", 2) - costs.draft("draft-model", 1) == pytest.approx(0.0112, rel=0.01)
     costs.observe_draft("ngram", 0, 0.0001)
     assert costs.draft("ngram", 4) == pytest.approx(0.0001)  # prompt lookup runs no pass
 

@@ -22,6 +22,7 @@ from localspec.cli.options import (
     takes_settings,
     user_errors,
 )
+from localspec.config.defaults import DEFAULT_VERIFY
 from localspec.config.settings import FIELDS, PER_GENERATION
 from localspec.errors import LocalspecError
 from localspec.text_input import from_arg
@@ -138,7 +139,8 @@ def chat(
         with loading(files):
             loaded = load(files, settings, verbose=verbose, notify=notify)
     system = from_arg(system, "--system") if system else None
-    session = ChatSession(loaded, settings, system, model_name=model or loaded.files.model.name, autosave=last_conversation_path())
+    verify_chosen = flags.get("verify") is not None or settings.verify != DEFAULT_VERIFY
+    session = ChatSession(loaded, settings, system, model_name=model or loaded.files.model.name, autosave=last_conversation_path(), verify_chosen=verify_chosen)
     if resume:
         try:
             session.load(session.autosave)  # type: ignore[arg-type]

@@ -22,6 +22,16 @@ from localspec.cli.options import (
 )
 from localspec.config.settings import SAMPLING, SERVER
 from localspec.config.user_config import API_KEY_ENV
+from localspec.server.request_log import LOG_FORMATS
+
+
+def _one_of(choices: tuple[str, ...]):  # noqa: ANN202
+    def check(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+    return check
+
 
 UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the context is full
 
@@ -35,6 +45,8 @@ def serve(
     api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar=API_KEY_ENV, help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
     max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
     cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
+    alias: Annotated[str | None, typer.Option("--alias", metavar="NAME", help="The model's name in /v1/models and in replies (default: the alias given to -m, or the file's name); a request may name any model.", rich_help_panel=SERVER)] = None,
+    log_format: Annotated[str, typer.Option("--log-format", metavar="|".join(LOG_FORMATS), callback=_one_of(LOG_FORMATS), help="One line per request on stderr: text, or json (an object a line).", rich_help_panel=SERVER)] = "text",
     shutdown_timeout: Annotated[float, typer.Option("--shutdown-timeout", min=0, help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is cancelled.", rich_help_panel=SERVER)] = 10.0,
     max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", min=1, help="Most tokens of a reply whose request sets no limit (default: until it ends or the context is full).", rich_help_panel=SAMPLING)] = None,
     flags: dict = SETTINGS,
@@ -62,11 +74,8 @@ def serve(
     if not is_loopback(host) and api_key is None:
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
     files = loaded.files
-    model_id = model if model and not names_file(model) else files.model.name  # an alias, or the file's name
-    config = ServeConfig(
-        settings=settings, model_id=model_id, model_names=(files.model.name, files.model.stem, *([model] if model else [])),
-        api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue,
-    )
+    model_id = alias or (model if model and not names_file(model) else files.model.name)  # an alias, or the file's name
+    config = ServeConfig(settings=settings, model_id=model_id, api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue, log_format=log_format)
     server = Server(loaded, config)
     bound_host, bound_port = sock.getsockname()[:2]
     drafter = loaded.engine.drafter_name
@@ -74,7 +83,7 @@ def serve(
     # own limit, later, is only a backstop for a connection that still would not close.
     uv = _uvicorn(
         uvicorn.Config(server.app(), log_level="debug" if verbose else "warning", lifespan="off", timeout_graceful_shutdown=shutdown_timeout + 5, access_log=verbose),
-        on_stop=lambda: server.scheduler.stop(grace=shutdown_timeout),
+        on_stop=lambda again: _stop(server.scheduler, shutdown_timeout, again, notify),
         # Said once it listens with its signal handlers in place: a client (or a test) may act on it.
         on_ready=lambda: notify(f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"),
     )
@@ -99,12 +108,23 @@ def _uvicorn(config, on_stop, on_ready):  # noqa: ANN001, ANN202 -- uvicorn's ow
             on_ready()
 
         def handle_exit(self, sig: int, frame: object) -> None:
-            on_stop()
-            if self.should_exit and sig == signal.SIGINT:
-                self.force_exit = True  # a second Ctrl-C: no more waiting
+            # A second Ctrl-C cancels the generation, whose stream then ends as it should (an error
+            # event, [DONE]); uvicorn's own force_exit would cut it with a traceback.
+            on_stop(self.should_exit and sig == signal.SIGINT)
             self.should_exit = True
 
     return Server(config)
+
+
+def _stop(scheduler, grace: float, again: bool, notify) -> None:  # noqa: ANN001 -- Scheduler, imported late
+    """On SIGINT/SIGTERM: say what the server waits for, and on a second Ctrl-C wait no more."""
+    if again:
+        if scheduler.cancel_running():
+            notify("cancelling the generation under way")
+        return
+    if scheduler.running:
+        notify(f"stopping: the generation under way may finish for up to {grace:g} s (Ctrl-C again to cancel it now)")
+    scheduler.stop(grace=grace)
 
 
 def _listen(host: str, port: int) -> socket.socket:

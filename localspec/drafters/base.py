@@ -85,6 +85,10 @@ class Draft:
     # Seconds of the call spent catching up with what was generated while the draft sat out: no
     # cost of drafting (its estimate and a probe's verdict leave it out; the clock does not).
     catch_up_s: float = 0.0
+    # Seconds of the call's first pass, which takes in the tokens accepted since the last call (two
+    # after a full acceptance): a two-token pass costs more than the one-token passes after it
+    # (1.65x on the demo pair's CPU), so the two are priced apart.
+    first_pass_s: float = 0.0
 
     @property
     def source(self) -> str:

@@ -71,7 +71,7 @@ class DraftModelDrafter:
             if not budget.extend(self.key, path_p, n):
                 break
             logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
-        draft.passes, draft.catch_up_s = self.model.passes - passes, self.view.caught_up_s
+        draft.passes, draft.catch_up_s, draft.first_pass_s = self.model.passes - passes, self.view.caught_up_s, self.view.synced_s
         return draft
 
     def end(self, context: Sequence[int]) -> None:

@@ -121,7 +121,7 @@ class TreeDrafter:
         finally:
             # Keep only the top path in sequence 0; the next sync evaluates what the target accepted.
             model.commit_path(0, main_path, n_seqs)
-        draft.passes, draft.catch_up_s = model.passes - passes, self.view.caught_up_s
+        draft.passes, draft.catch_up_s, draft.first_pass_s = model.passes - passes, self.view.caught_up_s, self.view.synced_s
         return draft
 
     def end(self, context: Sequence[int]) -> None:

@@ -30,7 +30,8 @@ class DraftView:
         self.n_vocab = target_vocab or model.n_vocab  # the target's: no row handed to the verifier is wider
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
-        self.caught_up_s = 0.0  # the last sync's seconds, when it evaluated what the draft sat out
+        self.synced_s = 0.0  # the last sync's seconds
+        self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
 
     def knows(self, token: int) -> bool:
         """Whether the draft has this id. After a token it lacks, its guesses would continue the
@@ -57,7 +58,8 @@ class DraftView:
         self.seen = len(context)
         t0 = time.perf_counter()
         logits = self.fit(self.model.sync(self.tokens))
-        self.caught_up_s = time.perf_counter() - t0 if len(new) > STEADY_TOKENS else 0.0
+        self.synced_s = time.perf_counter() - t0
+        self.caught_up_s = self.synced_s if len(new) > STEADY_TOKENS else 0.0
         return logits
 
     def fit(self, logits: np.ndarray) -> np.ndarray:

@@ -31,6 +31,9 @@ class Clock(Protocol):
     def draft(self, source: str, passes: int, measured: float) -> float:
         """Seconds to charge for a call to drafter `source` that ran `passes` draft-model passes."""
 
+    def first_pass(self, source: str, measured: float) -> float:
+        """Of a call already charged, the seconds of its first draft-model pass (nothing charged)."""
+
 
 @dataclass
 class WallClock:
@@ -55,6 +58,9 @@ class WallClock:
     def draft(self, source: str, passes: int, measured: float) -> float:
         if self.record is not None:
             self.record.setdefault("draft", {}).setdefault(source, []).append([passes, round(measured, 7)])
+        return measured
+
+    def first_pass(self, source: str, measured: float) -> float:
         return measured
 
 
@@ -113,6 +119,9 @@ class SimulatedClock:
 
     def draft(self, source: str, passes: int, measured: float) -> float:
         return self._charge(self.profile.draft(source, passes, self.t - self.origin))
+
+    def first_pass(self, source: str, measured: float) -> float:
+        return self.profile.draft(source, 1, self.t - self.origin)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   yielded beyond what the target alone would have in the same time, and a drafter whose recent
   steps fall short by more than their noise is benched, whatever the estimates promise (a clearly
   losing drafter within a few steps; a marginal one, which costs little either way, is not thrown
-  out on one unlucky stretch). Benched drafters are probed at growing intervals; a probe that beats
+  out on one unlucky stretch); one whose estimates promise no gain sits out only if its steps
+  have not beaten the target alone either (after a short trial the estimates still lean on their
+  priors). Benched drafters are probed at growing intervals; a probe that beats
   the target alone (for prompt lookup, two in a row) starts a new trial. Prompt lookup is one
   drafter here: its match lengths learn acceptance apart but share the trial and the verdict; a
   length that does not pay sits out and is rechecked at growing intervals.
@@ -156,8 +158,12 @@ class AutoController:
         else:
             best = self.best_length(key, cap)
             if best == 0 and not key.kind:
-                self._bench(key.drafter, "its estimated gain does not cover its cost")
-                return 0, 0
+                if not st.realized.winning():
+                    self._bench(key.drafter, "its estimated gain does not cover its cost")
+                    return 0, 0
+                # Estimates drawn from a short trial lean on their priors; steps that beat the
+                # target alone outweigh them until the realized verdict turns.
+                best = PROBE_LENGTH
             k, floor = (cap if calibrated else best), 0
             if best == 0:  # a lookup match length that does not pay: it sits out, and rechecks now and then
                 wait = self._sat_out.setdefault(key.estimates, [0, RECHECK_AFTER])

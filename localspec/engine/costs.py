@@ -9,8 +9,8 @@ moves slowly): a busy core slows every pass alike, and the shape learned before 
 are kept per span of context length (each span twice as long as the one before): attention over a
 long context makes every pass dearer and, on a CPU, wide passes dearer still (on the testbed a
 3-token pass costs 1.3x a 1-token one at the start of a text and 1.9x after 3k tokens), so figures
-learned on short texts must not decide for long ones. A drafter's call is modelled as a fixed part
-plus a part per draft-model pass."""
+learned on short texts must not decide for long ones. A drafter's call is modelled as its first
+draft-model pass (with the call's own overhead) plus a part per further pass."""
 
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ PRIOR_SLOPE = 0.25
 # Before a drafter has been timed, a draft-model pass is believed to cost this share of a target token.
 PRIOR_DRAFT_SHARE = 0.1
 SPAN_TOKENS = 512  # the first span of context length; each later one is twice as long
+# Each width's figure is shrunk towards the line through all widths' by this many pseudo-passes: a
+# width timed once at a bad moment would otherwise price every draft through it too high, and
+# drafts that never grow past it would never time wider passes to correct it.
+SHAPE_PRIOR = 2.0
 
 
 def span(context: int) -> int:
@@ -40,37 +44,50 @@ def _clip(x: float, ref: float) -> float:
 
 @dataclass
 class _DraftFit:
-    """Decayed least squares of a drafter's call time on its number of draft-model passes."""
+    """A drafter's calls: decayed means of a call's first pass (with whatever else the call costs
+    besides its later passes) and of each later pass, the two timed apart: the first takes in the
+    tokens accepted since the last call, two after a full acceptance, and a fit of call time on
+    pass count could not tell them apart from calls that mostly draft the same few tokens (it
+    priced every pass as dear as the first, so drafts stayed short and never taught it better)."""
 
-    w: float = 0.0
-    n: float = 0.0
-    nn: float = 0.0
-    s: float = 0.0
-    ns: float = 0.0
+    calls: float = 0.0
+    call_s: float = 0.0
+    passes: float = 0.0
+    pass_s: float = 0.0
+    runs_passes: bool = False  # prompt lookup runs none: its calls cost the same at any length
 
-    def add(self, passes: int, seconds: float) -> None:
-        if self.w > 0:
-            seconds = _clip(seconds, max(self.predict(passes), 1e-7))
-        d = DRAFT_DECAY
-        self.w, self.n, self.nn = self.w * d + 1, self.n * d + passes, self.nn * d + passes * passes
-        self.s, self.ns = self.s * d + seconds, self.ns * d + passes * seconds
+    def add(self, passes: int, seconds: float, first: float | None) -> None:
+        """A call of `passes` passes took `seconds`, its first pass `first` (None: every pass
+        counted is a later one)."""
+        self.runs_passes = self.runs_passes or passes > 0
+        if first is None and passes:
+            self._later(passes, seconds)
+            return
+        head = min(first, seconds) if first is not None and passes > 1 else seconds
+        ref = self.call_s / self.calls if self.calls > 0 else head
+        self.calls, self.call_s = self.calls * DRAFT_DECAY + 1, self.call_s * DRAFT_DECAY + _clip(head, max(ref, 1e-7))
+        if passes > 1:
+            self._later(passes - 1, seconds - head)
+
+    def _later(self, passes: int, seconds: float) -> None:
+        each = seconds / passes
+        ref = self.pass_s / self.passes if self.passes > 0 else each
+        self.passes = self.passes * DRAFT_DECAY + passes
+        self.pass_s = self.pass_s * DRAFT_DECAY + passes * _clip(each, max(ref, 1e-7))
 
     def coefficients(self) -> tuple[float, float]:
-        """(seconds per call, seconds per pass)."""
-        mean_n, mean_s = self.n / self.w, self.s / self.w
-        var = self.nn / self.w - mean_n * mean_n
-        if var > 0.25:
-            per_pass = max((self.ns / self.w - mean_n * mean_s) / var, 0.0)
-            fixed = mean_s - per_pass * mean_n
-            if fixed >= 0:
-                return fixed, per_pass
-        if mean_n <= 0:
-            return mean_s, 0.0
-        return 0.0, mean_s / mean_n
+        """(seconds of a call with one pass, seconds of each further pass)."""
+        per_pass = self.pass_s / self.passes if self.passes > 0 else 0.0
+        call = self.call_s / self.calls if self.calls > 0 else per_pass
+        return call, per_pass if self.passes > 0 or not self.runs_passes else call
 
     def predict(self, passes: int) -> float:
-        fixed, per_pass = self.coefficients()
-        return fixed + per_pass * passes
+        call, per_pass = self.coefficients()
+        return call + per_pass * max(passes - 1, 0)
+
+    @property
+    def w(self) -> float:
+        return self.calls + self.passes
 
 
 @dataclass
@@ -81,8 +98,13 @@ class _Passes:
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
     seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
     prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
+    _fit: tuple[float, dict[int, float]] | None = field(default=None, init=False, repr=False)  # _smoothed(), until the next pass
 
     def observe(self, batch: int, seconds: float) -> None:
+        self._learn(batch, seconds)
+        self._fit = None
+
+    def _learn(self, batch: int, seconds: float) -> None:
         relative = self.relative(batch)
         n = self.seen.get(batch, 0)
         self.seen[batch] = n + 1
@@ -104,23 +126,35 @@ class _Passes:
         else:
             self.level += LEVEL_RATE * (_clip(seconds / relative, self.level) - self.level)
             if batch > 1:
-                self.shape[batch] += SHAPE_RATE * (_clip(seconds / self.level, relative) - relative)
+                own = self.shape.get(batch, relative)
+                self.shape[batch] = own + SHAPE_RATE * (_clip(seconds / self.level, own) - own)
+
+    def _smoothed(self) -> tuple[float, dict[int, float]]:
+        """The slope of the line through (1, 1) that fits the widths timed (each weighted by its
+        passes), and each width's figure shrunk towards it."""
+        if self._fit is None:
+            own = len(self.shape) > 1 or not self.prior
+            shape, counts = (self.shape, self.seen) if own else (self.prior, {})
+            weight = {b: max(counts.get(b, 1), 1) for b in shape}
+            den = sum(weight[b] * (b - 1) ** 2 for b in shape)
+            slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
+            line = lambda b: 1.0 + slope * (b - 1)  # noqa: E731
+            self._fit = slope, {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
+        return self._fit
 
     def relative(self, batch: int) -> float:
-        shape = self.shape if len(self.shape) > 1 or not self.prior else self.prior
-        sizes = sorted(shape)
-        if batch in shape:
-            return shape[batch]
-        if len(sizes) == 1:
-            return 1.0 + PRIOR_SLOPE * (batch - 1)
+        slope, smoothed = self._smoothed()
+        if len(smoothed) == 1:
+            return 1.0 + slope * (batch - 1)
+        sizes = sorted(smoothed)
+        if batch in smoothed:
+            return smoothed[batch]
         if batch > sizes[-1]:
-            lo, hi = sizes[-2], sizes[-1]
-            slope = max((shape[hi] - shape[lo]) / (hi - lo), 0.0)
-            return shape[hi] + slope * (batch - hi)
+            return smoothed[sizes[-1]] + slope * (batch - sizes[-1])
         i = bisect_left(sizes, batch)
         lo, hi = sizes[i - 1], sizes[i]
         w = (batch - lo) / (hi - lo)
-        return shape[lo] * (1 - w) + shape[hi] * w
+        return smoothed[lo] * (1 - w) + smoothed[hi] * w
 
 
 @dataclass
@@ -159,9 +193,10 @@ class LiveCosts:
         if seconds > 0:
             self._passes.observe(batch, seconds)
 
-    def observe_draft(self, source: str, passes: int, seconds: float) -> None:
-        """A call to drafter `source` ran `passes` draft-model passes in `seconds`."""
-        self.drafts.setdefault(source, _DraftFit()).add(passes, max(seconds, 0.0))
+    def observe_draft(self, source: str, passes: int, seconds: float, first: float | None = None) -> None:
+        """A call to drafter `source` ran `passes` draft-model passes in `seconds`, the first of
+        them in `first` (None: all alike)."""
+        self.drafts.setdefault(source, _DraftFit()).add(passes, max(seconds, 0.0), first)
 
     # --- predictions -----------------------------------------------------------------------
     @property

@@ -128,5 +128,9 @@ class Realized:
         var = max(self.excess_sq / self.steps - mean * mean, 0.0)
         return mean + LOSS_CONFIDENCE * (var / self.steps) ** 0.5 < 0
 
+    def winning(self) -> bool:
+        """Whether these steps yielded more tokens than the target alone would have, on average."""
+        return self.steps > 0 and self.excess > 0
+
     def rate(self) -> float:
         return self.tokens / self.seconds if self.seconds > 0 else 0.0

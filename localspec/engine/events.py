@@ -9,10 +9,20 @@ from localspec.config.defaults import DEFAULT_DRAFT_MODE
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """The target's log-probability of an emitted token, and the likeliest tokens with theirs
+    (see sampling/dist.py: token_logprobs)."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     token: int
     text: str  # text released by this token (may be empty or include held-back text)
     source: str | None  # the drafter that proposed it, or None for the target's own token
+    logprob: TokenLogprob | None = None  # when the generation asked for them (GenerationConfig.logprobs)
 
 
 @dataclass(frozen=True)
@@ -61,7 +71,7 @@ class GenerationStats:
     load_s: float = 0.0
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
     # The costs decisions rested on at the end (ms: a one-token target pass, one as wide as the
-    # mean draft plus one, a draft call's fixed part and each draft-model pass), and why auto
+    # mean draft plus one, a draft call with its first pass and each later pass), and why auto
     # stopped a drafter, if it did.
     costs_ms: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)

@@ -16,7 +16,7 @@ from localspec.config.defaults import (
     DEFAULT_VERIFY,
 )
 from localspec.drafters.base import Draft, Drafter, DraftKey, DraftSettings
-from localspec.engine.events import GenerationStats
+from localspec.engine.events import GenerationStats, TokenLogprob
 from localspec.engine.text import TextStream
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.draws import Coupling
@@ -35,6 +35,8 @@ class GenerationConfig:
     draft_mode: str = DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
     verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
+    # The target's log-probability of each emitted token, with this many alternatives (None: none).
+    logprobs: int | None = None
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Run:
     stop_reason: str = ""
     t_gen: float = 0.0
     plain_s: float = 0.0  # what a one-token target pass cost at the latest step
+    scored: list[TokenLogprob] = field(default_factory=list)  # the latest step's tokens, when asked for
 
 
 @dataclass

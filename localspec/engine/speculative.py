@@ -34,6 +34,7 @@ from localspec.engine.events import (
     PromptEvent,
     StepEvent,
     TokenEvent,
+    TokenLogprob,
 )
 from localspec.engine.generation import GenerationConfig, Proposal, Run
 from localspec.engine.text import TextStream
@@ -41,7 +42,7 @@ from localspec.engine.threads import ThreadGovernor
 from localspec.engine.tree_verify import TreeLayout, verify_tree
 from localspec.engine.verdicts import judged, verify
 from localspec.errors import LocalspecError
-from localspec.sampling.dist import SamplingParams
+from localspec.sampling.dist import SamplingParams, token_logprobs
 from localspec.sampling.draws import Coupling
 
 
@@ -157,7 +158,9 @@ class SpeculativeEngine:
             out.seconds = self.clock.draft(draft.source, draft.passes, measured)
             caught_up = out.seconds * min(draft.catch_up_s / measured, 1.0) if draft.catch_up_s else 0.0
             out.judged_s = out.seconds - caught_up
-            self.controller.costs.observe_draft(draft.source, draft.passes - (caught_up > 0), out.judged_s)
+            # After a catch-up (left out) every pass counted is a one-token one.
+            first = self.clock.first_pass(draft.source, draft.first_pass_s) if draft.passes and not caught_up else None
+            self.controller.costs.observe_draft(draft.source, draft.passes - (caught_up > 0), out.judged_s, first)
         if len(draft) < floor and draft.probs is None:
             # A lookup match that runs out early: deterministic, so dropping it is exact.
             out.draft = Draft()
@@ -168,14 +171,26 @@ class SpeculativeEngine:
         the target's cache dropped the rejected tail) for a chain or a tree."""
         ctx, target = run.ctx, self.target
         if draft.parents is not None and draft.tokens:
-            path, token, depth = self._tree_step(ctx, draft, run.config.sampling, run.rng, run.coupling)
+            path, token, depth, logits = self._tree_step(ctx, draft, run.config.sampling, run.rng, run.coupling)
+            self._score(run, logits, draft, path, token)
             return path, token, depth, True
         logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
         n_acc, token = verify(logits, draft, run.config.sampling, run.rng, run.coupling, len(ctx))  # type: ignore[arg-type]
+        path = list(range(n_acc))
+        self._score(run, logits, draft, path, token)  # type: ignore[arg-type]
         if target.truncate(len(ctx) + n_acc):
-            return list(range(n_acc)), token, len(draft.tokens), True
+            return path, token, len(draft.tokens), True
         target.prefill([*ctx, *draft.tokens[:n_acc]])
-        return list(range(n_acc)), token, len(draft.tokens), False
+        return path, token, len(draft.tokens), False
+
+    def _score(self, run: Run, logits: np.ndarray, draft: Draft, path: list[int], token: int) -> None:
+        """The target's log-probabilities of the step's tokens, when asked for: read now, before
+        the next pass overwrites the logits. Token j was judged on the row of the node before it."""
+        if run.config.logprobs is None:
+            return
+        tokens, rows = [*(draft.tokens[i] for i in path), token], [0, *(i + 1 for i in path)]
+        scored = (token_logprobs(logits[r], t, run.config.sampling, run.config.logprobs) for r, t in zip(rows, tokens))
+        run.scored = [TokenLogprob(own, top) for own, top in scored]
 
     def _record(self, run: Run, proposal: Proposal, path: list[int], depth: int, verify_s: float) -> None:
         """What the step cost and earned, for the controller, the thread governor and the stats."""
@@ -206,7 +221,7 @@ class SpeculativeEngine:
             text = "" if eog else run.stream.push(self.target.piece(tok))
             if stats.n_generated == 1:
                 stats.first_token_s = stats.prompt_s + self.clock.now() - run.t_gen
-            yield TokenEvent(tok, text, draft.source if shown <= n_acc else None)
+            yield TokenEvent(tok, text, draft.source if shown <= n_acc else None, run.scored[shown - 1] if run.scored else None)
             if eog:
                 run.stop_reason = "eos"
             elif run.stream.stopped:
@@ -235,9 +250,9 @@ class SpeculativeEngine:
 
     def _tree_step(
         self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator, coupling: Coupling | None
-    ) -> tuple[list[int], int, int]:
+    ) -> tuple[list[int], int, int, np.ndarray]:
         """Verify a draft tree in one pass; return (the accepted path's node indices, the target's
-        token, the tree's depth)."""
+        token, the tree's depth, the pass's logits)."""
         target = self.target
         layout = TreeLayout.build(draft.parents or [])
         if layout.n_seqs > target.options.n_seq_max:
@@ -259,4 +274,4 @@ class SpeculativeEngine:
         path, token = verify_tree(logits, draft.tokens, layout, params, rng, coupling, len(ctx))
         seq = layout.node_seqs[path[-1]][0] if path else 0
         target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)
-        return path, token, max(layout.depth)
+        return path, token, max(layout.depth), logits

@@ -12,6 +12,7 @@ groups of the vocabulary (`top_ids`), and the draft's confidence needs no exp ov
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,3 +180,24 @@ def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
 def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     """final_dist as dense float64 probabilities over the vocabulary (for references and reports)."""
     return final_dist(logits, params).dense(len(logits))
+
+
+def token_logprobs(logits: np.ndarray, token: int, params: SamplingParams, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """log p(token) and the n_top likeliest tokens with theirs, p the distribution the token was
+    drawn from: the final one at temp > 0 (-inf outside its support); at temp 0 the softmax of the
+    logits, since greedy's own choice is one-hot and would say nothing."""
+    if params.greedy:
+        x = logits.astype(np.float64 if len(logits) < SMALL else np.float32)
+        top = float(x.max())
+        log_z = top + float(np.log(np.exp(x - top).sum(dtype=np.float64)))
+        best = top_ids(logits, n_top) if n_top else np.empty(0, dtype=np.int64)
+        return float(logits[token]) - log_z, tuple((int(t), float(logits[t]) - log_z) for t in best)
+    d = final_dist(logits, params)
+    p = d.at(token)
+    own = float(np.log(p)) if p > 0 else -math.inf
+    if not n_top:
+        return own, ()
+    ids = d.ids if d.ids is not None else top_ids(d.probs, min(n_top, len(d.probs)))
+    probs = d.at_many(ids)
+    order = np.argsort(-probs, kind="stable")[:n_top]
+    return own, tuple((int(ids[i]), float(np.log(probs[i]))) for i in order if probs[i] > 0)

@@ -8,7 +8,7 @@ import secrets
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -22,8 +22,10 @@ from starlette.routing import Route
 
 from localspec.config.settings import FIELDS, SettingError, Settings, repeatable
 from localspec.engine.events import DoneEvent, GenerationStats, PromptEvent, TokenEvent
+from localspec.server.logprobs import Gathered, Shaper
 from localspec.server.metrics import Metrics
 from localspec.server.protocol import ApiError, ApiRequest, bad, parse_request
+from localspec.server.request_log import RequestLog, note_generation
 from localspec.server.responses import FINISH_REASONS, Reply, sse, timings
 from localspec.server.scheduler import Job, QueueFull, Scheduler, ShuttingDown
 from localspec.session.generation import generation_config
@@ -40,11 +42,13 @@ SHUT_DOWN = ApiError(503, "the generation was cancelled: the server is shutting 
 @dataclass
 class ServeConfig:
     settings: Settings  # what requests start from (serve's flags over the usual defaults)
-    model_id: str  # what /v1/models lists
-    model_names: tuple[str, ...] = ()  # other names a request's `model` may use
+    # What /v1/models lists and replies name. A request's `model` may name anything: one model is
+    # served, and clients send whatever name they were configured with (as llama-server allows).
+    model_id: str
     api_key: str | None = None
     cors: tuple[str, ...] = ()
     max_queue: int = 16
+    log_format: str = "text"
     created: int = field(default_factory=lambda: int(time.time()))
 
 
@@ -66,7 +70,9 @@ class Server:
             Route("/health", self.health, methods=["GET"]),
             Route("/metrics", self.prometheus, methods=["GET"]),
         ]
-        middleware = [Middleware(CORSMiddleware, allow_origins=list(self.config.cors), allow_methods=["*"], allow_headers=["*"])] if self.config.cors else []
+        middleware = [Middleware(RequestLog, fmt=self.config.log_format)]
+        if self.config.cors:
+            middleware.append(Middleware(CORSMiddleware, allow_origins=list(self.config.cors), allow_methods=["*"], allow_headers=["*"]))
         handlers = {ApiError: self._api_error, HTTPException: self._http_error, Exception: self._internal_error}
         return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
 
@@ -100,12 +106,12 @@ class Server:
             except (ValueError, UnicodeDecodeError) as e:
                 raise ApiError(400, f"the request body is not valid JSON: {e}") from None
             req = parse_request(body, chat)
-            self._check_model(req.model)
             tokens = await run_in_threadpool(self._tokens, req)
             room = self.loaded.target.n_ctx - len(tokens)
             # A request that names no limit may fill the context (OpenAI's and llama-server's default).
             config = generation_config(self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **req.values}))
-            job = Job(tokens, config, asyncio.get_running_loop())
+            config = replace(config, logprobs=req.logprobs)
+            job = Job(tokens, config, asyncio.get_running_loop(), arrived=arrived)
             try:
                 self.scheduler.submit(job)
             except QueueFull:
@@ -118,14 +124,16 @@ class Server:
         except ApiError as e:
             self.metrics.requests.labels("bad_request" if e.status < 500 else "error").inc()
             return error(e)
-        reply = Reply(chat, self.config.model_id)
+        reply, target = Reply(chat, self.config.model_id), self.loaded.target
+        scores = Gathered(Shaper(target.piece) if req.logprobs is not None else None, chat, target.is_eog)
         first = await self._next(job, request)
         if not isinstance(first, PromptEvent):
             return self._not_started(job, first)
+        waited = {"X-Queue-Ms": f"{job.queue_ms:.0f}"}
         if req.stream:
-            stream = self._stream(job, reply, req.include_usage, arrived)
-            return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
-        return await self._whole(job, request, reply, arrived)
+            stream = self._stream(job, request, reply, scores, req.include_usage)
+            return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **waited})
+        return await self._whole(job, request, reply, scores, waited)
 
     def _not_started(self, job: Job, first: object) -> Response:
         if first is None:  # the client left while its request waited
@@ -137,15 +145,17 @@ class Server:
         self.metrics.requests.labels("bad_request" if first.status < 500 else "error").inc()
         return error(first)
 
-    async def _whole(self, job: Job, request: Request, reply: Reply, arrived: float) -> Response:
+    async def _whole(self, job: Job, request: Request, reply: Reply, scores: Gathered, headers: dict[str, str]) -> Response:
         first_token = None
         while True:
             ev = await self._next(job, request)
             if ev is None:
                 return Response(status_code=499)
-            if isinstance(ev, TokenEvent) and first_token is None:
-                first_token = time.perf_counter()
-                self.metrics.ttft.observe(first_token - arrived)
+            if isinstance(ev, TokenEvent):
+                scores.add(ev.token, ev.logprob)
+                if first_token is None:
+                    first_token = time.perf_counter()
+                    self.metrics.ttft.observe(first_token - job.arrived)
             elif isinstance(ev, ApiError):
                 self.metrics.requests.labels("error").inc()
                 return error(ev)
@@ -153,10 +163,10 @@ class Server:
                 if ev.stop_reason == "interrupted":
                     self.metrics.requests.labels("cancelled").inc()
                     return error(SHUT_DOWN)
-                self._finished(ev.stats, arrived)
-                return JSONResponse(reply.whole(ev.text, ev.stop_reason, ev.stats))
+                self._finished(job, request, ev.stats)
+                return JSONResponse(reply.whole(ev.text, ev.stop_reason, ev.stats, job.queue_ms, scores.take()), headers=headers)
 
-    async def _stream(self, job: Job, reply: Reply, include_usage: bool, arrived: float) -> AsyncIterator[bytes]:
+    async def _stream(self, job: Job, request: Request, reply: Reply, scores: Gathered, include_usage: bool) -> AsyncIterator[bytes]:
         """Server-sent events: a role chunk, a chunk per piece of text, one with the finish reason,
         (with include_usage) one with usage and no choices, then [DONE]. The last chunk carries
         llama-server's timings. A client that disconnects cancels the generation."""
@@ -167,11 +177,12 @@ class Server:
             while not ended:
                 ev = await job.events.get()
                 if isinstance(ev, TokenEvent):
+                    scores.add(ev.token, ev.logprob)
                     if first_token:
                         first_token = False
-                        self.metrics.ttft.observe(time.perf_counter() - arrived)
-                    if ev.text:
-                        yield sse(reply.chunk(ev.text))
+                        self.metrics.ttft.observe(time.perf_counter() - job.arrived)
+                    if ev.text:  # with the logprobs of the tokens whose text it releases
+                        yield sse(reply.chunk(ev.text, logprobs=scores.take()))
                 elif isinstance(ev, ApiError) or (isinstance(ev, DoneEvent) and ev.stop_reason == "interrupted"):
                     ended = True
                     failed = ev if isinstance(ev, ApiError) else SHUT_DOWN
@@ -180,10 +191,10 @@ class Server:
                     yield sse("[DONE]")
                 elif isinstance(ev, DoneEvent):
                     ended = True
-                    last = reply.chunk(ev.tail or None, FINISH_REASONS.get(ev.stop_reason, "stop"))
+                    last = reply.chunk(ev.tail or None, FINISH_REASONS.get(ev.stop_reason, "stop"), logprobs=scores.take() if scores.pending else None)
                     usage_chunk = reply.usage_chunk(ev.stats) if include_usage else None
-                    (usage_chunk or last)["timings"] = timings(ev.stats)
-                    self._finished(ev.stats, arrived)
+                    (usage_chunk or last)["timings"] = timings(ev.stats, job.queue_ms)
+                    self._finished(job, request, ev.stats)
                     yield sse(last)
                     if usage_chunk:
                         yield sse(usage_chunk)
@@ -216,9 +227,10 @@ class Server:
         if self.scheduler.leave(job):
             self.metrics.requests.labels("cancelled").inc()
 
-    def _finished(self, stats: GenerationStats, arrived: float) -> None:
+    def _finished(self, job: Job, request: Request, stats: GenerationStats) -> None:
+        note_generation(request.state, stats, job.queue_ms)
         self.metrics.finished(stats)
-        self.metrics.latency.observe(time.perf_counter() - arrived)
+        self.metrics.latency.observe(time.perf_counter() - job.arrived)
         self.metrics.requests.labels("ok").inc()
 
     # --- request checks ----------------------------------------------------------------------
@@ -229,10 +241,6 @@ class Server:
         given = request.headers.get("authorization", "")
         if not given.lower().startswith("bearer ") or not secrets.compare_digest(given[7:].strip().encode(), key.encode()):
             raise ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY)", kind="authentication_error")
-
-    def _check_model(self, name: str | None) -> None:
-        if name is not None and name not in (self.config.model_id, *self.config.model_names):
-            raise ApiError(404, f"model {name!r} is not served here (this server serves {self.config.model_id!r})", "model", "not_found_error")
 
     def _settings(self, values: dict[str, Any]) -> Settings:
         try:

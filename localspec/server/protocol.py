@@ -2,7 +2,7 @@
 keys), checked field by field so that every error names the field.
 
 Fields that would change the output and are not supported give an error unless they carry their
-neutral value (real clients send `n: 1`, zero penalties, `logprobs: false`); fields with no effect
+neutral value (real clients send `n: 1`, zero penalties, `tools: []`); fields with no effect
 on the output (`user`, `metadata`, `store`, ...) and fields this server does not know are ignored,
 as llama-server and vLLM do."""
 
@@ -19,6 +19,7 @@ from localspec.config.settings import (
     of_types,
     value_types,
 )
+from localspec.server.logprobs import MAX_TOP
 
 # API key -> settings field, for the fields a request may set.
 API_FIELDS = {FIELDS[name].api: name for name in PER_GENERATION if FIELDS[name].api}
@@ -27,8 +28,6 @@ SPECULATIVE = "speculative."
 NEUTRAL: dict[str, tuple[Any, ...]] = {
     "n": (None, 1),
     "best_of": (None, 1),
-    "logprobs": (None, False, 0),
-    "top_logprobs": (None, 0),
     "echo": (None, False),
     "suffix": (None, ""),
     "tools": (None, []),
@@ -72,6 +71,7 @@ class ApiRequest:
     stream: bool = False
     include_usage: bool = False
     model: str | None = None
+    logprobs: int | None = None  # alternatives per token with the target's log-probabilities (None: none)
     values: dict[str, Any] = field(default_factory=dict)  # settings field -> value
 
 
@@ -90,6 +90,7 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
         req.messages = _messages(body.get("messages"))
     else:
         req.prompt = _prompt(body.get("prompt"))
+    req.logprobs = _logprobs(body, chat)
     limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     values = {API_FIELDS[k] if k in API_FIELDS else k: v for k, v in body.items() if k in API_FIELDS and v is not None}
     if body.get(limit) is not None:
@@ -120,6 +121,22 @@ def _typed(body: dict[str, Any], key: str, kind: type, called: str, name: str | 
     if value is not None and not of_types(value, (kind,)):
         raise bad(name or key, f"must be {called}")
     return value
+
+
+def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
+    """Chat: `logprobs: true` with `top_logprobs` alternatives; completions: `logprobs: N`."""
+    def count(key: str) -> int | None:
+        value = body.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP):
+            raise bad(key, f"must be an integer in [0, {MAX_TOP}]")
+        return value
+
+    if not chat:
+        return count("logprobs")
+    wanted, top = _typed(body, "logprobs", bool, KINDS[bool]), count("top_logprobs")
+    if top is not None and not wanted:
+        raise bad("top_logprobs", "needs logprobs: true")
+    return (top or 0) if wanted else None
 
 
 def _messages(messages: Any) -> list[dict[str, str]]:

@@ -20,11 +20,12 @@ def usage(stats: GenerationStats) -> dict[str, int]:
     return {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated, "total_tokens": stats.n_prompt + stats.n_generated}
 
 
-def timings(stats: GenerationStats) -> dict[str, float | int]:
+def timings(stats: GenerationStats, queue_ms: float) -> dict[str, float | int]:
     """llama-server's timings object: prompt_n counts the prompt tokens evaluated, cache_n those
-    reused from the KV cache."""
+    reused from the KV cache; queue_ms is how long the request waited behind others."""
     predicted_ms = stats.elapsed_s * 1000
     return {
+        "queue_ms": round(queue_ms, 3),
         "prompt_n": stats.n_prompt_evaluated,
         "prompt_ms": round(stats.prompt_s * 1000, 3),
         "prompt_per_second": round(stats.prompt_tokens_per_second, 3),
@@ -52,20 +53,20 @@ class Reply:
         prefix = "chatcmpl-" if self.chat else "cmpl-"
         return {"id": prefix + self.id, "object": kind, "created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT}
 
-    def whole(self, text: str, stop_reason: str, stats: GenerationStats) -> dict[str, Any]:
+    def whole(self, text: str, stop_reason: str, stats: GenerationStats, queue_ms: float, logprobs: dict | None = None) -> dict[str, Any]:
         finish = FINISH_REASONS.get(stop_reason, "stop")
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": logprobs, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        return {**self._head(False), "choices": [choice], "usage": usage(stats), "timings": timings(stats)}
+            choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return {**self._head(False), "choices": [choice], "usage": usage(stats), "timings": timings(stats, queue_ms)}
 
-    def chunk(self, text: str | None = None, finish: str | None = None, first: bool = False) -> dict[str, Any]:
+    def chunk(self, text: str | None = None, finish: str | None = None, first: bool = False, logprobs: dict | None = None) -> dict[str, Any]:
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": 0, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
         return {**self._head(True), "choices": [choice]}
 
     def usage_chunk(self, stats: GenerationStats) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,13 @@ class Job:
     left: bool = False  # the client went away
     done: bool = False
     checked: float = 0.0  # when the client was last seen to be there (time.monotonic)
+    arrived: float = field(default_factory=time.perf_counter)
+    started: float | None = None  # when its generation began (time.perf_counter)
+
+    @property
+    def queue_ms(self) -> float:
+        """How long it waited behind other requests (so far, if it still waits)."""
+        return 1000 * ((self.started or time.perf_counter()) - self.arrived)
 
     def post(self, item: Any) -> None:
         """Hand an event (or an ApiError) to the request's coroutine, from the generation thread."""
@@ -91,7 +99,7 @@ class Scheduler:
         seconds if given, and is then cancelled."""
         with self._cv:
             if grace is not None and not self._stopping:
-                timer = threading.Timer(grace, self._cancel_running)
+                timer = threading.Timer(grace, self.cancel_running)
                 timer.daemon = True
                 timer.start()
             self._stopping = True
@@ -99,10 +107,16 @@ class Scheduler:
                 self._queue.popleft().post(ShuttingDown())
             self._cv.notify()
 
-    def _cancel_running(self) -> None:
+    def cancel_running(self) -> bool:
+        """Stop the generation under way within a step (its client is answered); False if none runs."""
         with self._cv:
             if self._current is not None:
                 self.loaded.cancel.set()
+            return self._current is not None
+
+    @property
+    def running(self) -> bool:
+        return self._current is not None
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -114,6 +128,7 @@ class Scheduler:
             if not self._queue:
                 return None
             job = self._current = self._queue.popleft()
+            job.started = time.perf_counter()
             self.loaded.cancel.clear()
             return job
 

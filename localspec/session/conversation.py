@@ -12,12 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
+from localspec.config.defaults import DEFAULT_VERIFY
 from localspec.config.settings import (
     FIELDS,
     PER_GENERATION,
     SettingError,
     Settings,
     parse,
+    repeatable,
     typed,
 )
 from localspec.engine.events import DoneEvent, Event
@@ -76,6 +78,9 @@ class ChatSession:
     generation: int = field(default=0, init=False)
     # Where the conversation is kept before each reply (chat --resume reads it back), or None.
     autosave: Path | None = None
+    # Whether the user chose the verification (--verify, /set verify): if not, /set seed makes it
+    # coupled, as --seed does, so the seeded conversation repeats.
+    verify_chosen: bool = False
 
     def __post_init__(self) -> None:
         self.rng = np.random.default_rng(self.settings.rng_seed)
@@ -136,13 +141,19 @@ class ChatSession:
             parsed = parse(name, value)
         except ValueError:
             raise LocalspecError(f"{key} needs a value like {typed(getattr(self.settings, name))}, not {value!r}") from None
+        values = {name: parsed}
+        if name == "seed" and not self.verify_chosen:
+            values = {"verify": DEFAULT_VERIFY, **repeatable(values)}
+        verify = self.settings.verify
         try:
-            self.settings = self.settings.merged({name: parsed})
+            self.settings = self.settings.merged(values)
         except SettingError as e:
             raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
+        self.verify_chosen = self.verify_chosen or name == "verify"
         if name == "seed":
             self.rng, self.generation = np.random.default_rng(self.settings.rng_seed), 0
-        return f"{key} = {typed(getattr(self.settings, name))}"
+        said = f"{key} = {typed(getattr(self.settings, name))}"
+        return said if self.settings.verify == verify or name == "verify" else f"{said}, verify = {self.settings.verify}"
 
     def reset(self) -> None:
         self.messages.clear()
