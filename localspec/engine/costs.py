@@ -98,7 +98,7 @@ class _Passes:
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
     seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
     prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
-    _fit: tuple[float, dict[int, float]] | None = field(default=None, init=False, repr=False)  # _smoothed(), until the next pass
+    _fit: tuple[float, dict[int, float], list[int]] | None = field(default=None, init=False, repr=False)  # _smoothed(), until the next pass
 
     def observe(self, batch: int, seconds: float) -> None:
         self._learn(batch, seconds)
@@ -129,9 +129,10 @@ class _Passes:
                 own = self.shape.get(batch, relative)
                 self.shape[batch] = own + SHAPE_RATE * (_clip(seconds / self.level, own) - own)
 
-    def _smoothed(self) -> tuple[float, dict[int, float]]:
+    def _smoothed(self) -> tuple[float, dict[int, float], list[int]]:
         """The slope of the line through (1, 1) that fits the widths timed (each weighted by its
-        passes), and each width's figure shrunk towards it."""
+        passes), each width's figure shrunk towards it, and the widths in order (kept: the token
+        rule asks for many widths per draft token)."""
         if self._fit is None:
             own = len(self.shape) > 1 or not self.prior
             shape, counts = (self.shape, self.seen) if own else (self.prior, {})
@@ -139,14 +140,14 @@ class _Passes:
             den = sum(weight[b] * (b - 1) ** 2 for b in shape)
             slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
             line = lambda b: 1.0 + slope * (b - 1)  # noqa: E731
-            self._fit = slope, {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
+            smoothed = {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
+            self._fit = slope, smoothed, sorted(smoothed)
         return self._fit
 
     def relative(self, batch: int) -> float:
-        slope, smoothed = self._smoothed()
+        slope, smoothed, sizes = self._smoothed()
         if len(smoothed) == 1:
             return 1.0 + slope * (batch - 1)
-        sizes = sorted(smoothed)
         if batch in smoothed:
             return smoothed[batch]
         if batch > sizes[-1]:

@@ -25,9 +25,11 @@ class Shaper:
     def __init__(self, piece: Callable[[int], bytes]) -> None:
         self.piece = piece
 
+    def _text(self, token: int) -> str:
+        return self.piece(token).decode("utf-8", errors="replace")
+
     def _entry(self, token: int, logprob: float) -> dict[str, Any]:
-        raw = self.piece(token)
-        return {"token": raw.decode("utf-8", errors="replace"), "logprob": _finite(logprob), "bytes": list(raw)}
+        return {"token": self._text(token), "logprob": _finite(logprob), "bytes": list(self.piece(token))}
 
     def chat(self, scored: Scored) -> dict[str, Any]:
         content = []
@@ -37,17 +39,18 @@ class Shaper:
             content.append(entry)
         return {"content": content, "refusal": None}
 
-    def completion(self, scored: Scored, offset: int = 0) -> dict[str, Any]:
-        """`offset`: where this piece of the completion starts in its text (a stream's earlier chunks)."""
+    def completion(self, scored: Scored, offset: int = 0) -> tuple[dict[str, Any], int]:
+        """The logprobs of a piece of the completion starting at `offset` in its text (a stream's
+        earlier chunks), and where the next piece starts."""
         out: dict[str, Any] = {"tokens": [], "token_logprobs": [], "top_logprobs": [], "text_offset": []}
         for token, lp in scored:
-            text = self.piece(token).decode("utf-8", errors="replace")
+            text = self._text(token)
             out["tokens"].append(text)
             out["token_logprobs"].append(_finite(lp.logprob))
-            out["top_logprobs"].append({self.piece(t).decode("utf-8", errors="replace"): _finite(v) for t, v in lp.top})
+            out["top_logprobs"].append({self._text(t): _finite(v) for t, v in lp.top})
             out["text_offset"].append(offset)
             offset += len(text)
-        return out
+        return out, offset
 
 
 class Gathered:
@@ -69,6 +72,5 @@ class Gathered:
         scored, self.pending = self.pending, []
         if self.chat:
             return self.shaper.chat(scored)
-        out = self.shaper.completion(scored, self.offset)
-        self.offset += sum(len(t) for t in out["tokens"])
+        out, self.offset = self.shaper.completion(scored, self.offset)
         return out

@@ -70,7 +70,6 @@ class ApiRequest:
     prompt: str | list[int] = ""  # completions: text, or token ids
     stream: bool = False
     include_usage: bool = False
-    model: str | None = None
     logprobs: int | None = None  # alternatives per token with the target's log-probabilities (None: none)
     values: dict[str, Any] = field(default_factory=dict)  # settings field -> value
 
@@ -82,7 +81,7 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     for key, neutral in NEUTRAL.items():
         if key in body and body[key] not in neutral:
             raise bad(key, f"is not supported (only {', '.join(_shown(v) for v in neutral)})")
-    req.model = _typed(body, "model", str, "text")
+    _typed(body, "model", str, "text")  # any name is served, but it must be one
     req.stream = bool(_typed(body, "stream", bool, KINDS[bool]))
     options = _typed(body, "stream_options", dict, "an object") or {}
     req.include_usage = bool(_typed(options, "include_usage", bool, KINDS[bool], "stream_options.include_usage"))
