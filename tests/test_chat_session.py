@@ -100,6 +100,20 @@ def test_set_changes_only_what_may_change_between_replies(loaded):
         session.set_option("draft-min", "99")
 
 
+def test_set_grammar_reads_a_file_and_none_drops_it(loaded, tmp_path):
+    session = ChatSession(loaded, Settings(temp=0.0, max_tokens=6, draft_mode="fixed"))
+    (tmp_path / "cats.gbnf").write_text('root ::= (" cat")+')
+    assert session.set_option("grammar", str(tmp_path / "cats.gbnf")) == "grammar = 'root ::= (\" cat\")+'"
+    reply = drain(session.reply("the dog", print)).text
+    assert reply and (" cat" * 6).startswith(reply)  # cut off by -n or ended after a word
+    assert session.set_option("grammar", "none") == "grammar = default"
+    with pytest.raises(LocalspecError, match="^grammar cannot read .*missing.gbnf"):
+        session.set_option("grammar", str(tmp_path / "missing.gbnf"))
+    (tmp_path / "bad.gbnf").write_text("root ::= (")
+    with pytest.raises(LocalspecError, match="^grammar is not a GBNF grammar"):
+        session.set_option("grammar", str(tmp_path / "bad.gbnf"))
+
+
 def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
     session = ChatSession(loaded, Settings(temp=0.3, draft_policy="greedy"))
     listing = session.current()

@@ -20,6 +20,7 @@ these factors appears in some configuration."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from conftest import model_options
 from scipy import stats
 from tiny_models import TinySpec, vocabulary, write_tiny_llama
 
+from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
 from localspec.drafters.base import DraftSettings
@@ -42,6 +44,7 @@ from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock
 from localspec.engine.events import DoneEvent, StepEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams, distribution
+from localspec.sampling.penalties import Penalties
 
 N_DRAWS = 8000
 MIN_EXPECTED = 20
@@ -264,19 +267,31 @@ def test_the_matrix_crosses_every_pair_of_factors():
             assert wanted <= seen, (a, b, wanted - seen)
 
 
-@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
-def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
-    engine = _engine(case, models)
+def draws(engine: SpeculativeEngine, prompt: list[int], config_of: Callable[[int], GenerationConfig], n: int) -> tuple[Counter, Counter]:
+    """Generate with seeds 0..n-1: the counts of the first two tokens, and of each generation's
+    first step as (drafted, accepted)."""
     counts: Counter = Counter()
-    first_step: Counter = Counter()  # (drafted, accepted) of each generation's first step
-    for seed in range(N_DRAWS):
+    steps: Counter = Counter()
+    for seed in range(n):
         step = None
-        for ev in engine.generate(prompt, _config(case, seed)):
+        for ev in engine.generate(prompt, config_of(seed)):
             if isinstance(ev, StepEvent) and step is None:
                 step = (ev.drafted, ev.accepted)
             elif isinstance(ev, DoneEvent):
                 counts[tuple(ev.tokens[:2])] += 1
-        first_step[step] += 1
+        steps[step] += 1
+    return counts, steps
+
+
+def assert_drafts_were_both_accepted_and_rejected(steps: Counter, n: int) -> None:
+    assert sum(c for (k, a), c in steps.items() if a > 0) > n // 20, steps
+    assert sum(c for (k, a), c in steps.items() if a < k) > n // 20, steps
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
+def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
+    engine = _engine(case, models)
+    counts, first_step = draws(engine, prompt, lambda seed: _config(case, seed), N_DRAWS)
     joint = exact(case)
     first: Counter = Counter()
     for k, c in counts.items():
@@ -286,8 +301,7 @@ def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
     drafted = Counter()
     for (k, _), c in first_step.items():
         drafted[k] += c
-    assert sum(c for (k, a), c in first_step.items() if a > 0) > N_DRAWS // 20, first_step
-    assert sum(c for (k, a), c in first_step.items() if a < k) > N_DRAWS // 20, first_step
+    assert_drafts_were_both_accepted_and_rejected(first_step, N_DRAWS)
     if case.mode == "auto":
         assert sum(c for k, c in drafted.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, drafted
     assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > TEST_ALPHA
@@ -329,20 +343,9 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
     params = FILTERED if filtered else PLAIN
     drafter = TreeDrafter(draft, BRANCHES, target.n_vocab) if mode == "tree" else DraftModelDrafter(draft, target.n_vocab)
     engine = SpeculativeEngine(target, drafter, mode)
-    counts: Counter = Counter()
-    steps: Counter = Counter()
-    for seed in range(WIDE_DRAWS):
-        config = GenerationConfig(max_tokens=WIDE_DRAFT + 1, sampling=params, seed=seed, draft_max=WIDE_DRAFT,
-                                  drafting=DraftSettings(p_split=0.05), draft_mode="fixed")
-        step = None
-        for ev in engine.generate(prompt, config):
-            if isinstance(ev, StepEvent) and step is None:
-                step = (ev.drafted, ev.accepted)
-            elif isinstance(ev, DoneEvent):
-                counts[tuple(ev.tokens[:2])] += 1
-        steps[step] += 1
-    assert sum(c for (k, a), c in steps.items() if a > 0) > WIDE_DRAWS // 20, steps
-    assert sum(c for (k, a), c in steps.items() if a < k) > WIDE_DRAWS // 20, steps
+    config = GenerationConfig(max_tokens=WIDE_DRAFT + 1, sampling=params, draft_max=WIDE_DRAFT, drafting=DraftSettings(p_split=0.05), draft_mode="fixed")
+    counts, steps = draws(engine, prompt, lambda seed: replace(config, seed=seed), WIDE_DRAWS)
+    assert_drafts_were_both_accepted_and_rejected(steps, WIDE_DRAWS)
     first: Counter = Counter()
     for k, c in counts.items():
         first[k[:1]] += c
@@ -356,3 +359,74 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
         tail = sum(p for (t,), p in exact_first.items() if t >= len(vocabulary()[0]))
         assert tail > 0.05  # the bulk holds real mass: a draw from the whole vocabulary is tested
     assert chi_square_pvalue(first, exact_first, WIDE_DRAWS) > WIDE_ALPHA
+
+
+# --- under a grammar, and under penalties ---------------------------------------------------------
+# The target's distribution over what a grammar allows (its forbidden tokens removed before top-k,
+# top-p, min-p and temperature), with the draft proposing under the same grammar; and the target's
+# under repetition penalties (each position penalised for the text before it, draft tokens
+# included). The grammar lets through words (and pieces of words) that start with a-s, so both
+# tested positions keep several outcomes, and takes away the mass of the rest (bytes, t-z, the end
+# of text).
+
+GRAMMAR = 'root ::= ([ ]? [a-s] [a-z]*)+'
+PENALTIES = Penalties(last_n=16, repeat=1.3, frequency=0.4, presence=0.3)
+SHAPED_CASES = (
+    (Case("fixed", "same", False, True), GRAMMAR, False),
+    (Case("tree", "same", False, False), GRAMMAR, False),
+    (Case("coupled", "same", True, True), GRAMMAR, False),
+    (Case("chain", "same", False, False), GRAMMAR, False),
+    (Case("fixed", "same", False, False), None, True),
+    (Case("tree", "same", True, True), GRAMMAR, True),
+)
+SHAPED_ALPHA = FAMILY_ALPHA / (2 * len(SHAPED_CASES))
+
+
+def exact_shaped_pairs(target: Model, prompt: list[int], params: SamplingParams, gbnf: str | None) -> dict[tuple[int, ...], float]:
+    """exact_pairs under the penalties of `params` and the grammar `gbnf` (asked of the whole
+    vocabulary at each position)."""
+    ids = np.arange(target.n_vocab, dtype=np.int32)
+
+    def dist(context: list[int], grammar: Grammar | None) -> np.ndarray:
+        logits = target.sync(context).copy()
+        params.penalties.apply(logits, context)
+        if grammar is not None:
+            logits = np.where(grammar.allowed(ids), logits, -np.inf).astype(np.float32)
+        return distribution(logits, params)
+
+    root = Grammar.compile(target.vocab, target.n_vocab, gbnf) if gbnf else None
+    p1 = dist(prompt, root)
+    out: dict[tuple[int, ...], float] = {}
+    for x1 in map(int, np.flatnonzero(p1)):
+        if target.is_eog(x1):
+            out[(x1,)] = float(p1[x1])
+            continue
+        after = root.clone() if root else None
+        if after:
+            after.accept(x1)
+        p2 = dist([*prompt, x1], after)
+        for x2 in map(int, np.flatnonzero(p2)):
+            out[(x1, x2)] = float(p1[x1] * p2[x2])
+        if after:
+            after.close()
+    if root:
+        root.close()
+    return out
+
+
+@pytest.mark.parametrize("case,gbnf,penalised", SHAPED_CASES, ids=lambda v: v.id if isinstance(v, Case) else ("grammar" if v == GRAMMAR else "penalties" if v is True else "-"))
+def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case: Case, gbnf: str | None, penalised: bool, models, prompt):
+    engine = _engine(case, models)
+    params = replace(FILTERED if case.filtered else PLAIN, penalties=PENALTIES if penalised else Penalties())
+    counts, steps = draws(engine, prompt, lambda seed: replace(_config(case, seed), sampling=params, grammar=gbnf), N_DRAWS)
+    assert_drafts_were_both_accepted_and_rejected(steps, N_DRAWS)
+    joint = exact_shaped_pairs(models["target"], prompt, params, gbnf)
+    assert joint != exact_shaped_pairs(models["target"], prompt, replace(params, penalties=Penalties()), None)  # the shaping matters here
+    for dist in (joint, first_of(joint)):
+        big, rest = _cells(dist, N_DRAWS)
+        assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, SHAPED_ALPHA) >= MIN_POWER
+    first: Counter = Counter()
+    for k, c in counts.items():
+        first[k[:1]] += c
+    assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > SHAPED_ALPHA
+    assert chi_square_pvalue(counts, joint, N_DRAWS) > SHAPED_ALPHA

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jsonschema
 import openai
 import pytest
 from cli_helpers import CLI, assert_one_line_error, localspec
@@ -161,7 +162,8 @@ def test_raw_sse_ends_with_done(served: Served):
         ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs", "needs logprobs: true"),
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}, 400, "logprobs", "true or false"),
         ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "not supported"),
-        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 0.5}, 400, "presence_penalty", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 2.5}, 400, "presence_penalty", "presence_penalty must be in [-2, 2]"),
+        ({"messages": [{"role": "user", "content": "hi"}], "repeat_penalty": 0}, 400, "repeat_penalty", "must be > 0"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature", "temperature must be >= 0"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"}, 400, "max_tokens", "an integer"),
         ({"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}, 400, "max_tokens", ">= 1"),
@@ -170,6 +172,12 @@ def test_raw_sse_ends_with_done(served: Served):
         ({"messages": [{"role": "user", "content": "hi"}], "speculative.n_min": 20, "speculative.n_max": 4}, 400, "speculative.n_min", "speculative.n_max"),
         ({"messages": [{"role": "user", "content": "hi"}], "speculative.mode": "sometimes"}, 400, "speculative.mode", "auto, fixed, off"),
         ({"messages": [{"role": "user", "content": "hi"}], "speculative.bogus": 1}, 400, "speculative.bogus", "unknown setting"),
+        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}}, 400, "response_format.type", "json_schema"),
+        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400, "response_format.json_schema.schema", "missing"),
+        ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "bogus"}}}}, 400, "response_format.json_schema.schema", "cannot be turned into a grammar"),
+        ({"messages": [{"role": "user", "content": "hi"}], "json_schema": {"type": "bogus"}}, 400, "json_schema", "cannot be turned into a grammar"),
+        ({"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= ("}, 400, "grammar", "GBNF"),
+        ({"messages": [{"role": "user", "content": "hi"}], "grammar": 'root ::= "a"', "json_schema": {}}, 400, "json_schema", "cannot be given with grammar"),
         ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role", "must be one of"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "messages[0].content[0]", "text parts"),
         ({"messages": []}, 400, "messages", "non-empty"),
@@ -187,6 +195,41 @@ def test_neutral_values_real_clients_send_are_accepted(served: Served):
     body = chat_body(max_tokens=4, n=1, presence_penalty=0, frequency_penalty=0.0, logprobs=False, user="me", tools=[], response_format={"type": "text"}, metadata={"a": "b"})
     code, out, _ = call(served, "POST", "/v1/chat/completions", body)
     assert code == 200, out
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 120}, "city": {"type": "string", "maxLength": 24}},
+    "required": ["name", "age", "city"],
+    "additionalProperties": False,
+}
+EXTRACT = "Give the person as JSON: Maria Lopez, 34, lives in Madrid."
+
+
+def test_a_json_schema_holds_for_every_seed_and_greedy_output_is_the_constrained_targets_penalties_too(served: Served):
+    client = served.client()
+    shape = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON, "strict": True}}
+    for seed in range(20):
+        out = client.chat.completions.create(model="any", messages=[{"role": "user", "content": EXTRACT}], temperature=0.8, seed=seed,
+                                             max_tokens=80, response_format=shape, extra_body={"speculative.mode": "fixed"})
+        assert out.choices[0].finish_reason == "stop", out.choices[0].message.content
+        jsonschema.validate(json.loads(out.choices[0].message.content), PERSON)
+    kw = dict(model="any", messages=[{"role": "user", "content": EXTRACT}], temperature=0, max_tokens=80, response_format=shape)
+    drafted = client.chat.completions.create(**kw, extra_body={"speculative.mode": "fixed"})
+    alone = client.chat.completions.create(**kw, extra_body={"speculative.mode": "off"})
+    assert drafted.model_extra["timings"]["draft_n_accepted"] > 0
+    assert drafted.choices[0].message.content == alone.choices[0].message.content
+    assert json.loads(drafted.choices[0].message.content)["age"] == 34
+    # JSON mode and a GBNF grammar, streamed.
+    text, _ = stream_text(client.chat.completions.create(model="any", messages=[{"role": "user", "content": EXTRACT}], temperature=0.7, seed=1,
+                                                         max_tokens=60, response_format={"type": "json_object"}, stream=True))
+    assert isinstance(json.loads(text), dict)
+    # Penalties, as llm -o frequency_penalty sends them: drafted or not, the same text.
+    kw = dict(model="any", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=48, frequency_penalty=0.8, presence_penalty=0.4)
+    penalised = client.chat.completions.create(**kw, extra_body={"speculative.mode": "fixed", "repeat_penalty": 1.1})
+    assert penalised.choices[0].message.content == client.chat.completions.create(**kw, extra_body={"speculative.mode": "off", "repeat_penalty": 1.1}).choices[0].message.content
+    yes_no = client.completions.create(model="any", prompt="Is Madrid in Spain? Answer:", max_tokens=4, temperature=0, extra_body={"grammar": 'root ::= " yes" | " no"'})
+    assert yes_no.choices[0].text in (" yes", " no")
 
 
 def test_logprobs_are_the_targets_whether_or_not_drafts_were_accepted(served: Served):

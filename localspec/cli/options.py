@@ -19,6 +19,7 @@ from localspec.config.settings import (
     MODEL,
     RANDOM_SEED,
     Settings,
+    read_value,
     value_types,
 )
 from localspec.errors import LocalspecError
@@ -77,7 +78,10 @@ def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> C
 
         @functools.wraps(command)
         def with_settings(**given: Any) -> Any:
-            flags = {n: given.pop(n, None) for n in routed}
+            try:
+                flags = {n: read_value(n, given.pop(n, None)) for n in routed}
+            except LocalspecError as e:
+                raise fail(str(e)) from None
             return command(**given, **{marker: flags})
 
         with_settings.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]

@@ -15,6 +15,7 @@ DEFAULT_TEMP = 0.8
 DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
+DEFAULT_REPEAT_LAST_N = 64  # llama.cpp's penalty window
 DEFAULT_DRAFT_MAX = 16  # under auto a cap (confident stretches run this long); see benchmarks/RESULTS.md
 DEFAULT_DRAFT_MIN = 0
 DEFAULT_DRAFT_P_MIN = 0.0

@@ -12,9 +12,11 @@ import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any
 
 from localspec.backend.endpoints import parse_endpoints
+from localspec.backend.grammar import gbnf_problem, schema_grammar
 from localspec.config import defaults
 from localspec.config.defaults import (
     DRAFT_MODES,
@@ -39,7 +41,8 @@ class About:
     shows as (default: its choices, or its type), `api` in a server request (None: not settable
     there), `phase` LOAD or GENERATION,
     `alias` whether models.toml may recommend it, `server_only` whether only `serve` takes it, `choices` the values it takes (if a fixed few),
-    `check` its validation (a problem or None)."""
+    `check` its validation (a problem or None), `file` whether the user names a file holding the
+    value (flag, /set, config file) where a request gives the value itself."""
 
     flag: str
     help: str
@@ -52,6 +55,7 @@ class About:
     server_only: bool = False
     choices: tuple[str, ...] = ()
     check: Callable[[Any, Settings], str | None] = lambda _v, _s: None
+    file: bool = False
 
     @property
     def key(self) -> str:
@@ -107,6 +111,21 @@ def proportions(text: str) -> tuple[float, ...]:
     return out
 
 
+def _schema(v: str, s: Settings) -> str | None:
+    if s.grammar is not None:
+        return "cannot be given with {grammar}: one constrains the output"
+    try:
+        schema_grammar(v)
+    except ValueError as e:
+        return _literal(str(e))
+    return None
+
+
+def _literal(problem: str | None) -> str | None:
+    """A problem quoting the user's text, whose braces SettingError must not take for field names."""
+    return problem and problem.replace("{", "{{").replace("}", "}}")
+
+
 @dataclass(frozen=True)
 class Settings:
     # In the order --help shows them (each field's phase says when it may change).
@@ -117,6 +136,12 @@ class Settings:
     min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", panel=SAMPLING, api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
     seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation), with any drafting: a seed given makes --verify coupled unless --verify is given too.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
     stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", panel=SAMPLING, metavar="TEXT", api="stop", alias=False, help="Stop at this text (repeatable)."))
+    repeat_penalty: float = field(default=1.0, metadata=_about(flag="--repeat-penalty", panel=SAMPLING, api="repeat_penalty", help="Divide the logit of each token among the last --repeat-last-n by this (llama.cpp's), 1: off.", check=_within(0, math.inf, lo_open=True)))
+    frequency_penalty: float = field(default=0.0, metadata=_about(flag="--frequency-penalty", panel=SAMPLING, api="frequency_penalty", help="Lower the logit of each token among the last --repeat-last-n by this per occurrence, 0: off.", check=_within(-2, 2)))
+    presence_penalty: float = field(default=0.0, metadata=_about(flag="--presence-penalty", panel=SAMPLING, api="presence_penalty", help="Lower the logit of each token among the last --repeat-last-n by this once, 0: off.", check=_within(-2, 2)))
+    repeat_last_n: int = field(default=defaults.DEFAULT_REPEAT_LAST_N, metadata=_about(flag="--repeat-last-n", panel=SAMPLING, api="repeat_last_n", help="The penalties' window: the context's last this many tokens, 0: no penalties.", check=_within(0, 1 << 20)))
+    grammar: str | None = field(default=None, metadata=_about(flag="--grammar", panel=SAMPLING, metavar="FILE", api="grammar", alias=False, file=True, help="Constrain the output to a GBNF grammar (llama.cpp's; a file; a request gives its text): each token drawn from the target's distribution over what the grammar allows, drafts judged against the same.", check=_optional(lambda v, _s: _literal(gbnf_problem(v)) if v.strip() else "is empty")))
+    json_schema: str | None = field(default=None, metadata=_about(flag="--json-schema", panel=SAMPLING, metavar="FILE", api="json_schema", alias=False, file=True, help="Constrain the output to JSON matching this JSON schema (a file; a request gives the schema), through its GBNF grammar.", check=_optional(_schema)))
     ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
     threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
     draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
@@ -139,6 +164,11 @@ class Settings:
     rpc: str | None = field(default=None, metadata=_about(flag="--rpc", panel=MODEL, metavar="HOST:PORT,...", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_parses(parse_endpoints))))
     tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", panel=PERFORMANCE, metavar="N,N,...", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
     slots: int = field(default=4, metadata=_about(flag="--slots", panel=SERVER, phase=LOAD, alias=False, server_only=True, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=_within(1, 64)))
+
+    @property
+    def constraint(self) -> str | None:
+        """The GBNF the output must match (None: none)."""
+        return schema_grammar(self.json_schema) if self.json_schema is not None else self.grammar
 
     @property
     def rng_seed(self) -> int | None:
@@ -201,7 +231,21 @@ def typed(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, tuple):
         return " ".join(shlex.quote(v) for v in value) if value else "none"
+    if isinstance(value, str) and ("\n" in value or len(value) > 80):
+        return f"({len(value)} characters)"  # a file's text (--grammar, --json-schema)
     return shlex.quote(value) if isinstance(value, str) else str(value)
+
+
+def read_value(name: str, value: Any) -> Any:
+    """A value as the user gave it (flag, /set, config file): for a file field, the file's text."""
+    if value is None or not FIELDS[name].file:
+        return value
+    try:
+        return Path(value).expanduser().read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SettingError(name, _literal(f"file {value} is not UTF-8 text") or "") from None
+    except OSError as e:
+        raise SettingError(name, _literal(f"cannot read {value}: {e.strerror or e}") or "") from None
 
 
 def parse(name: str, text: str) -> Any:
@@ -213,6 +257,8 @@ def parse(name: str, text: str) -> Any:
         return text.lower() in ("true", "on", "1")
     if kind is tuple:
         return (text,) if text else ()
+    if FIELDS[name].file:
+        return read_value(name, text) if text not in ("", "none") else None
     return kind(text)
 
 

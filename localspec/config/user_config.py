@@ -24,6 +24,7 @@ from localspec.config.settings import (
     Settings,
     of_types,
     parse,
+    read_value,
     repeatable,
     value_types,
 )
@@ -82,7 +83,10 @@ def read_config(path: Path | None = None, notify: Callable[[str], None] = note) 
         value, types = data[name], value_types(name)
         if not of_types(value, types):
             raise LocalspecError(f"config file {path}: {name} must be {KINDS[types[-1]]}")
-        settings[name] = tuple(value) if isinstance(value, list) else value
+        try:
+            settings[name] = tuple(value) if isinstance(value, list) else read_value(name, value)
+        except LocalspecError as e:
+            raise LocalspecError(f"config file {path}: {e}") from None
     return Defaults(str(path), data.get("model"), data.get("draft"), _checked(settings, f"config file {path}: ", lambda n: n))
 
 

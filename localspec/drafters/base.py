@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.config import defaults
 from localspec.sampling.dist import Dist, SamplingParams
 from localspec.sampling.draws import Coupling
@@ -108,9 +109,12 @@ class Drafter(Protocol):
         the coupled choice under its own distribution instead."""
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
-        """Propose up to budget.limit(self.key) tokens that continue `context`."""
+        """Propose up to budget.limit(self.key) tokens that continue `context`. Under a `grammar`
+        (where it stands after `context`) a drafter that samples draws from its constrained q;
+        one that does not may ignore it (the engine cuts a deterministic chain where the grammar
+        stops it, and the target's rows are constrained either way)."""
 
     def end(self, context: Sequence[int]) -> None:
         """The generation begun last ended with `context` (a drafter that learns across

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.drafters.base import Budget, Draft, Drafter, DraftKey, DraftSettings
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.draws import Coupling
@@ -23,11 +24,11 @@ class ChainDrafter:
             d.begin(context, settings, coupling)
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         draft = Draft(key=self.key)
         for d in self.drafters:
-            draft = d.propose(context, budget, params, rng)
+            draft = d.propose(context, budget, params, rng, grammar)
             if draft.tokens:
                 break
         return draft

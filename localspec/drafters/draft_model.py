@@ -6,9 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.view import DraftView
+from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import SamplingParams, final_dist, top_token
 from localspec.sampling.draws import Coupling, sample
 
@@ -36,7 +38,7 @@ class DraftModelDrafter:
         self.view.begin(context)
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         coupled = self.coupling if not params.greedy else None
         # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
@@ -50,8 +52,28 @@ class DraftModelDrafter:
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
         passes = self.model.passes
         logits = self.view.sync(context)
+        state = grammar.clone() if grammar is not None else None
+        try:
+            self._draft(draft, logits, context, budget, params, rng, state, max_tokens)
+        finally:
+            if state is not None:
+                state.close()
+        draft.passes, draft.catch_up_s, draft.first_pass_s = self.model.passes - passes, self.view.caught_up_s, self.view.synced_s
+        return draft
+
+    def _draft(
+        self, draft: Draft, logits: np.ndarray, context: Sequence[int], budget: Budget, params: SamplingParams,
+        rng: np.random.Generator, grammar: Grammar | None, max_tokens: int,
+    ) -> None:
+        """Draft into `draft` from the logits after `context`, penalised as the target's are; under a
+        grammar, from the constrained logits, the grammar advanced along the drafted tokens."""
+        coupled = self.coupling if not params.greedy else None
+        one_hot = draft.probs is None
         path_p = 1.0
         for n in range(1, max_tokens + 1):
+            logits = params.penalties.penalised(logits, context, draft.tokens)
+            if grammar is not None:
+                logits = constrained(logits, params, grammar.allowed)
             q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
             if q is None:
                 token, confidence = top_token(logits)
@@ -70,9 +92,9 @@ class DraftModelDrafter:
                 draft.probs.append(q)  # type: ignore[arg-type]
             if not budget.extend(self.key, path_p, n):
                 break
+            if grammar is not None:
+                grammar.accept(token)
             logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
-        draft.passes, draft.catch_up_s, draft.first_pass_s = self.model.passes - passes, self.view.caught_up_s, self.view.synced_s
-        return draft
 
     def end(self, context: Sequence[int]) -> None:
         return None

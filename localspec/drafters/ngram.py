@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.draws import Coupling
@@ -60,7 +61,7 @@ class NgramDrafter:
         return 0, -1
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         n, pos = self.match(context)
         if not n:

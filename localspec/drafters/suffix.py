@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree, Trie
@@ -67,7 +68,7 @@ class SuffixDrafter:
         return m, self.tree.trie, node
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         m, trie, node = self.match(context)
         if not m:

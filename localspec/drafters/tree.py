@@ -4,7 +4,8 @@ a new branch, up to `branches` of them; all branches together draft at most the 
 
 Branches are separate sequences of the draft's unified KV cache, forked with llama_memory_seq_cp,
 and each drafting round decodes the newest token of every live branch in one batch. Proposals are
-the draft's top candidates, so the target verifies them as one-hot drafts (engine/tree_verify.py). Under
+the draft's top candidates (under the same penalties and grammar as the target's rows), so the
+target verifies them as one-hot drafts (engine/tree_verify.py). Under
 the auto controller every node, a branch's top token or a side branch alike, must also be worth
 its place in the wider target pass: its calibrated chance of being accepted along with its whole
 path has to beat what the extra verified token costs. Where verification is cheap (GPUs) trees
@@ -18,9 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
 from localspec.drafters.view import DraftView
+from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import SamplingParams, final_dist, top_ids, top_token
 from localspec.sampling.draws import Coupling
 
@@ -32,6 +35,7 @@ class _Branch:
     order: np.ndarray  # the candidates for the branch's next token, best first
     probs: np.ndarray  # their draft probabilities (plain softmax)
     path_p: float = 1.0  # the chance that everything up to the branch's newest node is accepted
+    grammar: Grammar | None = None  # where the grammar stands after the branch's newest node
 
 
 class TreeDrafter:
@@ -63,8 +67,14 @@ class TreeDrafter:
         probs = p_top * np.exp(logits[order].astype(np.float64) - float(logits[top]))
         return order, probs
 
+    @staticmethod
+    def _shaped(logits: np.ndarray, context: Sequence[int], path: list[int], params: SamplingParams, grammar: Grammar | None) -> np.ndarray:
+        """A branch's logits under the penalties and the grammar the target's row there will get."""
+        logits = params.penalties.penalised(logits, context, path)
+        return constrained(logits, params, grammar.allowed) if grammar is not None else logits
+
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator
+        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         draft = Draft(key=self.key, parents=[], confidences=[])
         if not self.view.knows(context[-1]):
@@ -74,8 +84,9 @@ class TreeDrafter:
             return draft
         model = self.model
         passes = model.passes
-        first = self.view.sync(context)
-        live = [_Branch(0, -1, *self._candidates(first, params, len(context)))]
+        made = [grammar.clone()] if grammar is not None else []  # closed at the end
+        first = self._shaped(self.view.sync(context), context, [], params, made[0] if made else None)
+        live = [_Branch(0, -1, *self._candidates(first, params, len(context)), grammar=made[0] if made else None)]
         depth = 0
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
@@ -103,7 +114,12 @@ class TreeDrafter:
                         draft.tokens.append(int(cand))
                         draft.parents.append(br.last)  # type: ignore[union-attr]
                         draft.confidences.append(confidence)  # type: ignore[union-attr]
-                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.order, br.probs, path_p))
+                        state = None
+                        if br.grammar is not None:
+                            state = br.grammar.clone()
+                            state.accept(int(cand))
+                            made.append(state)
+                        grown.append(_Branch(seq, len(draft.tokens) - 1, br.order, br.probs, path_p, state))
                 grown = [b for b in grown if budget.extend(self.key, b.path_p, len(draft.tokens))]
                 if not grown:
                     break  # the last round's tokens need no evaluation
@@ -113,7 +129,8 @@ class TreeDrafter:
                 logits = self.view.fit(logits)
                 depth += 1
                 for i, b in enumerate(grown):
-                    b.order, b.probs = self._candidates(logits[i], params, len(context) + depth)
+                    row = self._shaped(logits[i], context, _path(draft, b.last), params, b.grammar)
+                    b.order, b.probs = self._candidates(row, params, len(context) + depth)
                     if b.seq == 0:
                         main_path.append(draft.tokens[b.last])
                 live = grown
@@ -121,6 +138,8 @@ class TreeDrafter:
         finally:
             # Keep only the top path in sequence 0; the next sync evaluates what the target accepted.
             model.commit_path(0, main_path, n_seqs)
+            for state in made:
+                state.close()
         draft.passes, draft.catch_up_s, draft.first_pass_s = model.passes - passes, self.view.caught_up_s, self.view.synced_s
         return draft
 
@@ -129,3 +148,12 @@ class TreeDrafter:
 
     def close(self) -> None:
         self.model.close()
+
+
+def _path(draft: Draft, node: int) -> list[int]:
+    """The drafted tokens from the root to `node`."""
+    out = []
+    while node >= 0:
+        out.append(draft.tokens[node])
+        node = draft.parents[node]  # type: ignore[index]
+    return out[::-1]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.config.defaults import (
     DEFAULT_DRAFT_MAX,
     DEFAULT_DRAFT_MIN,
@@ -37,6 +38,7 @@ class GenerationConfig:
     drafting: DraftSettings = field(default_factory=DraftSettings)
     # The target's log-probability of each emitted token, with this many alternatives (None: none).
     logprobs: int | None = None
+    grammar: str | None = None  # GBNF the output must match (a JSON schema's, converted)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Run:
     t_gen: float = 0.0
     plain_s: float = 0.0  # what a one-token target pass cost at the latest step
     scored: list[TokenLogprob] = field(default_factory=list)  # the latest step's tokens, when asked for
+    grammar: Grammar | None = None  # where config.grammar stands after the output so far
 
 
 @dataclass

@@ -22,9 +22,11 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from localspec.backend.grammar import Grammar
 from localspec.backend.model import DecodeAborted, Model
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.clock import Clock, WallClock
+from localspec.engine.constraint import allowed_prefix, constrain_rows, penalise_rows
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.events import (
     DoneEvent,
@@ -42,7 +44,7 @@ from localspec.engine.threads import ThreadGovernor
 from localspec.engine.tree_verify import TreeLayout, verify_tree
 from localspec.engine.verdicts import judged, verify
 from localspec.errors import LocalspecError
-from localspec.sampling.dist import SamplingParams, token_logprobs
+from localspec.sampling.dist import token_logprobs
 from localspec.sampling.draws import Coupling
 
 
@@ -84,6 +86,8 @@ class SpeculativeEngine:
             # Also when the consumer abandons the generator: a drafter that learns keeps the output.
             if run.drafter is not None and run.generated:
                 run.drafter.end(run.ctx)
+            if run.grammar is not None:
+                run.grammar.close()
         yield self._done(run)
 
     def _start(
@@ -102,7 +106,10 @@ class SpeculativeEngine:
         stats = GenerationStats(drafter=self.drafter_name if drafter else "none", n_prompt=len(prompt), draft_mode=config.draft_mode)
         stats.threads_default = self.governor.most if self.governor else target.threads
         stats.threads_fewest = target.threads
-        return Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
+        run = Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
+        if config.grammar:
+            run.grammar = Grammar.compile(target.vocab, target.n_vocab, config.grammar)
+        return run
 
     def _prefill(self, run: Run) -> PromptEvent:
         """Evaluate the prompt but its last token, which goes into the first verification batch,
@@ -151,7 +158,10 @@ class SpeculativeEngine:
         floor = config.draft_min
         budget = self.controller.plan(k_max, floor) if config.draft_mode == "auto" else FixedBudget(k_max, floor)
         wall = time.perf_counter()
-        draft = drafter.propose(run.ctx, budget, config.sampling, run.rng)
+        draft = drafter.propose(run.ctx, budget, config.sampling, run.rng, run.grammar)
+        if run.grammar is not None and draft.probs is None and draft.parents is None:
+            # A deterministic chain the grammar stops is cut there: exact, and a narrower pass.
+            del draft.tokens[allowed_prefix(draft.tokens, run.grammar) :]
         out = Proposal(draft, asked=budget.asked)
         if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
             measured = time.perf_counter() - wall
@@ -171,10 +181,11 @@ class SpeculativeEngine:
         the target's cache dropped the rejected tail) for a chain or a tree."""
         ctx, target = run.ctx, self.target
         if draft.parents is not None and draft.tokens:
-            path, token, depth, logits = self._tree_step(ctx, draft, run.config.sampling, run.rng, run.coupling)
+            path, token, depth, logits = self._tree_step(run, draft)
             self._score(run, logits, draft, path, token)
             return path, token, depth, True
         logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
+        self._shape(run, logits, draft)
         n_acc, token = verify(logits, draft, run.config.sampling, run.rng, run.coupling, len(ctx))  # type: ignore[arg-type]
         path = list(range(n_acc))
         self._score(run, logits, draft, path, token)  # type: ignore[arg-type]
@@ -182,6 +193,13 @@ class SpeculativeEngine:
             return path, token, len(draft.tokens), True
         target.prefill([*ctx, *draft.tokens[:n_acc]])
         return path, token, len(draft.tokens), False
+
+    def _shape(self, run: Run, logits: np.ndarray, draft: Draft) -> None:
+        """The pass's rows under penalties and the grammar, before anything reads them."""
+        penalise_rows(logits, run.ctx, draft.tokens, draft.parents, run.config.sampling)
+        if run.grammar is not None:
+            whole = run.config.logprobs is not None and run.config.sampling.greedy  # an exact log-sum-exp
+            constrain_rows(logits, draft.tokens, draft.parents, run.grammar, run.config.sampling, whole)
 
     def _score(self, run: Run, logits: np.ndarray, draft: Draft, path: list[int], token: int) -> None:
         """The target's log-probabilities of the step's tokens, when asked for: read now, before
@@ -218,6 +236,8 @@ class SpeculativeEngine:
             stats.n_generated += 1
             shown += 1
             eog = self.target.is_eog(tok)
+            if run.grammar is not None and not eog:
+                run.grammar.accept(tok)
             text = "" if eog else run.stream.push(self.target.piece(tok))
             if stats.n_generated == 1:
                 stats.first_token_s = stats.prompt_s + self.clock.now() - run.t_gen
@@ -248,12 +268,10 @@ class SpeculativeEngine:
         tail = run.stream.finish()
         return DoneEvent(run.stop_reason, stats, tail, run.stream.text, run.generated)
 
-    def _tree_step(
-        self, ctx: list[int], draft: Draft, params: SamplingParams, rng: np.random.Generator, coupling: Coupling | None
-    ) -> tuple[list[int], int, int, np.ndarray]:
+    def _tree_step(self, run: Run, draft: Draft) -> tuple[list[int], int, int, np.ndarray]:
         """Verify a draft tree in one pass; return (the accepted path's node indices, the target's
         token, the tree's depth, the pass's logits)."""
-        target = self.target
+        target, ctx = self.target, run.ctx
         layout = TreeLayout.build(draft.parents or [])
         if layout.n_seqs > target.options.n_seq_max:
             raise LocalspecError(f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences")
@@ -271,7 +289,8 @@ class SpeculativeEngine:
             for s in range(1, layout.n_seqs):
                 target.drop_seq(s)
             raise
-        path, token = verify_tree(logits, draft.tokens, layout, params, rng, coupling, len(ctx))
+        self._shape(run, logits, draft)
+        path, token = verify_tree(logits, draft.tokens, layout, run.config.sampling, run.rng, run.coupling, len(ctx))
         seq = layout.node_seqs[path[-1]][0] if path else 0
         target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)
         return path, token, max(layout.depth), logits

@@ -13,11 +13,12 @@ groups of the vocabulary (`top_ids`), and the draft's confidence needs no exp ov
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from localspec.config import defaults
+from localspec.sampling.penalties import Penalties
 
 GROUP = 256  # rows of the vocabulary's grid in top_ids
 SMALL = 4 * GROUP  # below this many logits, whole-array operations are cheaper
@@ -31,6 +32,9 @@ class SamplingParams:
     top_k: int = defaults.DEFAULT_TOP_K
     top_p: float = defaults.DEFAULT_TOP_P
     min_p: float = defaults.DEFAULT_MIN_P
+    # Applied to the logits before everything here, by whoever knows the text before a position
+    # (engine/constraint.py, the draft model).
+    penalties: Penalties = field(default_factory=Penalties)
 
     @property
     def greedy(self) -> bool:

@@ -8,10 +8,12 @@ as llama-server and vLLM do."""
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from localspec.backend.grammar import schema_grammar
 from localspec.config.settings import (
     FIELDS,
     KINDS,
@@ -34,16 +36,10 @@ NEUTRAL: dict[str, tuple[Any, ...]] = {
     "functions": (None, []),
     "tool_choice": (None, "none", "auto"),
     "function_call": (None, "none", "auto"),
-    "frequency_penalty": (None, 0),
-    "presence_penalty": (None, 0),
-    "repeat_penalty": (None, 1),
     "logit_bias": (None, {}),
-    "response_format": (None, {"type": "text"}),
     "audio": (None,),
     "prediction": (None,),
     "modalities": (None, ["text"]),
-    "grammar": (None, ""),
-    "json_schema": (None, {}),
 }
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -98,6 +94,7 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
         if key.startswith(SPECULATIVE) and key not in API_FIELDS:
             known = ", ".join(k for k in API_FIELDS if k.startswith(SPECULATIVE))
             raise bad(key, f"unknown setting (known: {known})")
+    values.update(_constraint(body))
     if isinstance(values.get("stop"), str):
         values["stop"] = [values["stop"]]
     for name, value in values.items():
@@ -113,6 +110,34 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
         values["stop"] = tuple(values["stop"])
     req.values = values
     return req
+
+
+def _constraint(body: dict[str, Any]) -> dict[str, Any]:
+    """`response_format` (OpenAI's) and `json_schema` as an object (llama-server's), as the JSON
+    text of the schema the output must match; `grammar` passes as it is."""
+    out: dict[str, Any] = {}
+    if isinstance(body.get("json_schema"), dict):
+        out["json_schema"] = json.dumps(body["json_schema"])
+    shape = _typed(body, "response_format", dict, "an object")
+    if shape is None or shape.get("type") in (None, "text"):
+        return out
+    if any(body.get(k) is not None for k in ("grammar", "json_schema")):
+        raise bad("response_format", "cannot be given with grammar or json_schema: one constrains the output")
+    if shape.get("type") == "json_object":
+        schema: Any = {"type": "object"}
+    elif shape.get("type") == "json_schema":
+        spec = _typed(shape, "json_schema", dict, "an object", "response_format.json_schema") or {}
+        schema = _typed(spec, "schema", dict, "an object (a JSON schema)", "response_format.json_schema.schema")
+        if schema is None:
+            raise bad("response_format.json_schema.schema", "is missing")
+    else:
+        raise bad("response_format.type", "must be one of text, json_object, json_schema")
+    try:
+        schema_grammar(json.dumps(schema))
+    except ValueError as e:
+        where = "response_format" if shape["type"] == "json_object" else "response_format.json_schema.schema"
+        raise bad(where, str(e)) from None
+    return {"json_schema": json.dumps(schema)}
 
 
 def _typed(body: dict[str, Any], key: str, kind: type, called: str, name: str | None = None) -> Any:

@@ -141,6 +141,8 @@ class ChatSession:
             parsed = parse(name, value)
         except ValueError:
             raise LocalspecError(f"{key} needs a value like {typed(getattr(self.settings, name))}, not {value!r}") from None
+        except SettingError as e:  # a file that cannot be read
+            raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         values = {name: parsed}
         if name == "seed" and not self.verify_chosen:
             values = {"verify": DEFAULT_VERIFY, **repeatable(values)}
