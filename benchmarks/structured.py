@@ -48,7 +48,7 @@ MODES = {"alone": ("off", None), "auto": ("auto", None), "fixed-8": ("fixed", 8)
 
 def forced_share(target: Model, tokens: list[int], gbnf: str) -> float:
     """The share of `tokens` at whose position the grammar allowed that token alone."""
-    grammar, ids, forced = Grammar.compile(target.vocab, target.n_vocab, gbnf), np.arange(target.n_vocab, dtype=np.int32), 0
+    grammar, ids, forced = Grammar.compile(target.vocab, gbnf), np.arange(target.n_vocab, dtype=np.int32), 0
     for t in tokens:
         if target.is_eog(t):
             break

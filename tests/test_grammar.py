@@ -114,7 +114,7 @@ def models(tiny: TinyModels):
 
 def test_the_grammar_allows_and_advances_as_llama_cpp_does(models):
     target, _ = models
-    grammar = Grammar.compile(target.vocab, target.n_vocab, WORDS_GBNF)
+    grammar = Grammar.compile(target.vocab, WORDS_GBNF)
     ids = np.arange(target.n_vocab, dtype=np.int32)
     the, cat = (next(int(t) for t in ids if target.piece(int(t)) == word) for word in (b" the", b" cat"))
     first = set(ids[grammar.allowed(ids)].tolist())
@@ -127,7 +127,7 @@ def test_the_grammar_allows_and_advances_as_llama_cpp_does(models):
     copy.close()
     grammar.close()
     with pytest.raises(LocalspecError, match="GBNF"):
-        Grammar.compile(target.vocab, target.n_vocab, "root ::= (")
+        Grammar.compile(target.vocab, "root ::= (")
 
 
 @pytest.mark.parametrize("drafter", ["none", "draft-model", "tree", "chain", "lookup"])
@@ -165,7 +165,7 @@ def test_sampled_output_under_a_grammar_matches_it(models):
 
 def test_a_schemas_strings_hold_no_raw_control_characters(models):
     target, _ = models
-    grammar = Grammar.compile(target.vocab, target.n_vocab, schema_grammar('{"type": "object", "properties": {"a": {"type": "string"}}}'))
+    grammar = Grammar.compile(target.vocab, schema_grammar('{"type": "object", "properties": {"a": {"type": "string"}}}'))
     byte = {target.piece(t): t for t in range(target.n_vocab) if len(target.piece(t)) == 1}
     for ch in (b"{", b'"'):
         grammar.accept(byte[ch])

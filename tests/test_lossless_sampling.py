@@ -394,7 +394,7 @@ def exact_shaped_pairs(target: Model, prompt: list[int], params: SamplingParams,
             logits = np.where(grammar.allowed(ids), logits, -np.inf).astype(np.float32)
         return distribution(logits, params)
 
-    root = Grammar.compile(target.vocab, target.n_vocab, gbnf) if gbnf else None
+    root = Grammar.compile(target.vocab, gbnf) if gbnf else None
     p1 = dist(prompt, root)
     out: dict[tuple[int, ...], float] = {}
     for x1 in map(int, np.flatnonzero(p1)):

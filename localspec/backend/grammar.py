@@ -4,6 +4,7 @@ llama-cpp-python's conversion of a JSON schema into GBNF."""
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import os
 import tempfile
@@ -23,6 +24,9 @@ _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float3
 assert _TOKEN_DATA.itemsize == ctypes.sizeof(llama_cpp.llama_token_data)
 
 
+# A request's schema or grammar is checked where it is read, again by the settings record's
+# validation on every merge, and converted for the engine: each text is worked on once.
+@functools.lru_cache(maxsize=32)
 def schema_grammar(schema: str) -> str:
     """The GBNF of a JSON schema (given as JSON text); ValueError naming what cannot be converted."""
     try:
@@ -37,6 +41,7 @@ def schema_grammar(schema: str) -> str:
         raise ValueError(f"cannot be turned into a grammar: {e or type(e).__name__}") from None
 
 
+@functools.lru_cache(maxsize=32)
 def gbnf_problem(gbnf: str) -> str | None:
     """Why llama.cpp's parser refuses `gbnf` (None: it parses, with a rule named root). The parser
     writes its reasons to the process's stderr and to llama.cpp's log, both caught for the while."""
@@ -73,15 +78,15 @@ class Grammar:
     a pass's worth, so callers ask of the likeliest tokens first. Only an allowed token may be
     accepted: llama.cpp aborts the process on any other."""
 
-    def __init__(self, sampler: ctypes.c_void_p, n_vocab: int) -> None:
-        self._sampler, self.n_vocab = sampler, n_vocab
+    def __init__(self, sampler: ctypes.c_void_p) -> None:
+        self._sampler = sampler
 
     @classmethod
-    def compile(cls, vocab: ctypes.c_void_p, n_vocab: int, gbnf: str) -> Grammar:
+    def compile(cls, vocab: ctypes.c_void_p, gbnf: str) -> Grammar:
         sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
         if not sampler:
             raise LocalspecError(f"the grammar {gbnf_problem(gbnf) or 'was refused by llama.cpp'}")
-        return cls(sampler, n_vocab)
+        return cls(sampler)
 
     def allowed(self, ids: np.ndarray) -> np.ndarray:
         """Whether each token of `ids` may come next."""
@@ -95,7 +100,7 @@ class Grammar:
         llama_cpp.llama_sampler_accept(self._sampler, token)
 
     def clone(self) -> Grammar:
-        return Grammar(llama_cpp.llama_sampler_clone(self._sampler), self.n_vocab)
+        return Grammar(llama_cpp.llama_sampler_clone(self._sampler))
 
     def close(self) -> None:
         if self._sampler:

@@ -11,6 +11,7 @@ import numpy as np
 
 from localspec.backend.grammar import Grammar
 from localspec.config import defaults
+from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import Dist, SamplingParams
 from localspec.sampling.draws import Coupling
 
@@ -99,6 +100,14 @@ class Draft:
         return len(self.tokens)
 
 
+def shaped(logits: np.ndarray, context: Sequence[int], drafted: Sequence[int], params: SamplingParams, grammar: Grammar | None) -> np.ndarray:
+    """A draft's logits after `context` and the tokens it drafted since, under the penalties and
+    the grammar (where it stands after them) that the target's row there gets: a drafter that
+    chooses from these proposes what the target can accept."""
+    logits = params.penalties.penalised(logits, context, drafted)
+    return constrained(logits, params, grammar.allowed) if grammar is not None else logits
+
+
 class Drafter(Protocol):
     name: str
     key: DraftKey  # what its proposals are credited to (a lookup adds its match length as kind)
@@ -113,8 +122,8 @@ class Drafter(Protocol):
     ) -> Draft:
         """Propose up to budget.limit(self.key) tokens that continue `context`. Under a `grammar`
         (where it stands after `context`) a drafter that samples draws from its constrained q;
-        one that does not may ignore it (the engine cuts a deterministic chain where the grammar
-        stops it, and the target's rows are constrained either way)."""
+        a lookup may ignore it (the engine cuts a lookup chain where the grammar stops it, and
+        the target's rows are constrained either way)."""
 
     def end(self, context: Sequence[int]) -> None:
         """The generation begun last ended with `context` (a drafter that learns across

@@ -8,9 +8,8 @@ import numpy as np
 
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
-from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
-from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import SamplingParams, final_dist, top_token
 from localspec.sampling.draws import Coupling, sample
 
@@ -71,9 +70,7 @@ class DraftModelDrafter:
         one_hot = draft.probs is None
         path_p = 1.0
         for n in range(1, max_tokens + 1):
-            logits = params.penalties.penalised(logits, context, draft.tokens)
-            if grammar is not None:
-                logits = constrained(logits, params, grammar.allowed)
+            logits = shaped(logits, context, draft.tokens, params, grammar)
             q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
             if q is None:
                 token, confidence = top_token(logits)

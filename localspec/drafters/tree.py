@@ -21,9 +21,8 @@ import numpy as np
 
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
-from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
+from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
-from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import SamplingParams, final_dist, top_ids, top_token
 from localspec.sampling.draws import Coupling
 
@@ -67,12 +66,6 @@ class TreeDrafter:
         probs = p_top * np.exp(logits[order].astype(np.float64) - float(logits[top]))
         return order, probs
 
-    @staticmethod
-    def _shaped(logits: np.ndarray, context: Sequence[int], path: list[int], params: SamplingParams, grammar: Grammar | None) -> np.ndarray:
-        """A branch's logits under the penalties and the grammar the target's row there will get."""
-        logits = params.penalties.penalised(logits, context, path)
-        return constrained(logits, params, grammar.allowed) if grammar is not None else logits
-
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
@@ -85,7 +78,7 @@ class TreeDrafter:
         model = self.model
         passes = model.passes
         made = [grammar.clone()] if grammar is not None else []  # closed at the end
-        first = self._shaped(self.view.sync(context), context, [], params, made[0] if made else None)
+        first = shaped(self.view.sync(context), context, [], params, made[0] if made else None)
         live = [_Branch(0, -1, *self._candidates(first, params, len(context)), grammar=made[0] if made else None)]
         depth = 0
         n_seqs = 1
@@ -129,7 +122,7 @@ class TreeDrafter:
                 logits = self.view.fit(logits)
                 depth += 1
                 for i, b in enumerate(grown):
-                    row = self._shaped(logits[i], context, _path(draft, b.last), params, b.grammar)
+                    row = shaped(logits[i], context, _path(draft, b.last), params, b.grammar)
                     b.order, b.probs = self._candidates(row, params, len(context) + depth)
                     if b.seq == 0:
                         main_path.append(draft.tokens[b.last])

@@ -1,10 +1,10 @@
 """A step under the rules that depend on the text before a position, penalties and a grammar: the
-target's rows of a verifying pass shaped along the draft, and a deterministic draft cut where the
+target's rows of a verifying pass shaped along the draft, and a lookup draft cut where the
 grammar stops it.
 
-Row i + 1 of a pass is the prediction after draft node i, so it is penalised for the context and the
-path to node i. Under a grammar, row 0 is judged where the grammar stands after the output so far; row i + 1 (the prediction after
-draft node i) where it stands after the path to node i, a copy advanced by that path. A node whose
+Row 0 of a pass is the prediction after the context, row i + 1 the prediction after draft node i:
+so row i + 1 is penalised for the context and the path to node i, and judged where the grammar
+stands after that path (a copy of the grammar advanced by it). A node whose
 token its own row rules out is rejected before the row after it is read, so that row and its
 subtree's are left as they are (and the token is never given to the grammar, which would abort);
 in greedy decoding so is every node that is not its parent row's argmax."""

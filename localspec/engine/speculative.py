@@ -108,7 +108,7 @@ class SpeculativeEngine:
         stats.threads_fewest = target.threads
         run = Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
         if config.grammar:
-            run.grammar = Grammar.compile(target.vocab, target.n_vocab, config.grammar)
+            run.grammar = Grammar.compile(target.vocab, config.grammar)
         return run
 
     def _prefill(self, run: Run) -> PromptEvent:
@@ -159,8 +159,9 @@ class SpeculativeEngine:
         budget = self.controller.plan(k_max, floor) if config.draft_mode == "auto" else FixedBudget(k_max, floor)
         wall = time.perf_counter()
         draft = drafter.propose(run.ctx, budget, config.sampling, run.rng, run.grammar)
-        if run.grammar is not None and draft.probs is None and draft.parents is None:
-            # A deterministic chain the grammar stops is cut there: exact, and a narrower pass.
+        if run.grammar is not None and draft.key.lookup and draft.parents is None:
+            # Text found, not drafted under the grammar: cut where the grammar stops it (exact, a
+            # narrower pass).
             del draft.tokens[allowed_prefix(draft.tokens, run.grammar) :]
         out = Proposal(draft, asked=budget.asked)
         if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
