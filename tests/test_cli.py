@@ -397,3 +397,16 @@ def test_a_reader_that_stops_reading_ends_the_run_quietly(tiny: TinyModels):
 def test_version_names_the_llama_cpp_build_and_its_backends():
     out = localspec("--version").stdout
     assert "llama-cpp-python " in out and "backends: " in out and "CPU" in out.split("backends: ")[1]
+
+
+def test_a_chat_template_from_a_file_renders_the_prompt_and_a_bad_one_is_one_line(tiny: TinyModels, tmp_path: Path):
+    plain = tmp_path / "plain.jinja"
+    plain.write_text("{{ messages[-1]['content'] }}")
+    base = ("run", "-m", str(tiny.target), "-p", "the cat", "-n", "2", "--temp", "0", "--json")
+    templated = localspec(*base, "--chat-template", str(plain))
+    assert templated.returncode == 0 and "no chat template" not in templated.stderr, templated.stderr
+    raw = json.loads(localspec(*base, "--raw").stdout)["stats"]
+    assert json.loads(templated.stdout)["stats"]["n_prompt"] == raw["n_prompt"]  # the prompt as it is, nothing around it
+    (tmp_path / "broken.jinja").write_text("{% for m in messages %}")
+    assert_one_line_error(localspec(*base, "--chat-template", str(tmp_path / "broken.jinja")), "--chat-template is not a Jinja template")
+    assert_one_line_error(localspec(*base, "--chat-template", str(tmp_path / "none.jinja")), "--chat-template cannot read")

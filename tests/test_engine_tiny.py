@@ -129,6 +129,23 @@ def test_draft_min_drafts_that_many_before_p_min_or_auto_may_stop(tiny, target, 
         generated += step.emitted
 
 
+def test_a_fixed_greedy_draft_reads_only_its_argmax_and_proposes_the_same(tiny: TinyModels, target: Model):
+    """At a fixed length the draft's confidence decides nothing (unless --draft-p-min asks for it):
+    it is not computed, and the proposal is the one a calibrating budget gets."""
+    prompt = target.tokenize(PROMPTS[1])
+    with Model(tiny.close, model_options()) as d:
+        drafter = DraftModelDrafter(d)
+        drafts = {}
+        for name, budget in (("fixed", FixedBudget(6)), ("calibrating", FixedBudget(6, calibrates=True))):
+            drafter.begin(prompt, DraftSettings())
+            drafts[name] = drafter.propose(prompt, budget, GREEDY, np.random.default_rng(0))
+        drafter.begin(prompt, DraftSettings(p_min=0.5))
+        p_min = drafter.propose(prompt, FixedBudget(6), GREEDY, np.random.default_rng(0))
+    assert drafts["fixed"].confidences is None and len(drafts["calibrating"].confidences) == 6
+    assert drafts["fixed"].tokens == drafts["calibrating"].tokens and len(drafts["fixed"].tokens) == 6
+    assert p_min.confidences is not None and all(c >= 0.5 for c in p_min.confidences)
+
+
 def test_draft_min_drops_a_short_lookup_match(target):
     # The last token occurred once before, two from the end: its continuation has two tokens.
     prompt = [1, 300, 301, 300]
@@ -329,3 +346,18 @@ def test_the_speedup_estimate_is_what_the_steps_did_whatever_the_load(tiny: Tiny
         spec = drain(SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(after))).generate(prompt, config)).stats
     truth = (alone.elapsed_s / alone.n_generated) / (spec.elapsed_s / spec.n_generated)
     assert spec.n_steps_drafted > 0 and spec.speedup_estimate == pytest.approx(truth, rel=0.1)
+
+
+@pytest.mark.parametrize("max_tokens", [8, 14])
+def test_the_speedup_estimate_of_a_short_run_counts_its_first_drafted_steps(tiny: TinyModels, target: Model, max_tokens: int):
+    """A run of a few steps (a JSON reply, a short answer) drafts at widths not timed before its
+    step: each step is priced once the run is over, the first wide one too, so the estimate is the
+    run's speedup and not that of its last step alone (simulated time: the truth is known)."""
+    prompt = target.tokenize(PROMPTS[1])
+    config = GenerationConfig(max_tokens=max_tokens, sampling=GREEDY, draft_max=8, draft_mode="auto")
+    alone = drain(SpeculativeEngine(target, None, clock=SimulatedClock(Swing(math.inf))).generate(prompt, config)).stats
+    with Model(tiny.close, model_options()) as d:
+        spec = drain(SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(math.inf))).generate(prompt, config)).stats
+    truth = (alone.elapsed_s / alone.n_generated) / (spec.elapsed_s / spec.n_generated)
+    assert spec.n_steps <= 6 and spec.n_steps_drafted > 0 and truth > 1.1
+    assert spec.speedup_estimate == pytest.approx(truth, rel=0.15)

@@ -157,11 +157,18 @@ def test_raw_sse_ends_with_done(served: Served):
 @pytest.mark.parametrize(
     "body,status,param,fragment",
     [
-        ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, "n", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "n": 17}, 400, "n", "[1, 16]"),
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 400, "top_logprobs", "[0, 20]"),
         ({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}, 400, "top_logprobs", "needs logprobs: true"),
         ({"messages": [{"role": "user", "content": "hi"}], "logprobs": 3}, 400, "logprobs", "true or false"),
-        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools", "not supported"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "no spaces"}}]}, 400, "tools[0].function.name", "letters, digits"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "bogus"}}}]}, 400, "tools[0].function.parameters", "cannot be turned into a grammar"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"function": {"name": "f"}}]}, 400, "tools[0]", '"type": "function"'),
+        ({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"}, 400, "tool_choice", "offers no tools"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400, "tool_choice.function.name", "names no tool"),
+        ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}], "response_format": {"type": "json_object"}}, 400, "tools", "cannot constrain it too"),
+        ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"id": "1", "function": {"name": "f", "arguments": {}}}]}]}, 400, "messages[1].tool_calls[0]", "arguments"),
+        ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].tool_call_id", "the id of the call"),
         ({"messages": [{"role": "user", "content": "hi"}], "presence_penalty": 2.5}, 400, "presence_penalty", "presence_penalty must be in [-2, 2]"),
         ({"messages": [{"role": "user", "content": "hi"}], "repeat_penalty": 0}, 400, "repeat_penalty", "must be > 0"),
         ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, "temperature", "temperature must be >= 0"),
@@ -178,7 +185,7 @@ def test_raw_sse_ends_with_done(served: Served):
         ({"messages": [{"role": "user", "content": "hi"}], "json_schema": {"type": "bogus"}}, 400, "json_schema", "cannot be turned into a grammar"),
         ({"messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= ("}, 400, "grammar", "GBNF"),
         ({"messages": [{"role": "user", "content": "hi"}], "grammar": 'root ::= "a"', "json_schema": {}}, 400, "json_schema", "cannot be given with grammar"),
-        ({"messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].role", "must be one of"),
+        ({"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role", "must be one of"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400, "messages[0].content[0]", "text parts"),
         ({"messages": []}, 400, "messages", "non-empty"),
         ({"messages": [{"role": "user", "content": "word " * 1500}]}, 400, "messages", "the context holds 1024"),
@@ -230,6 +237,116 @@ def test_a_json_schema_holds_for_every_seed_and_greedy_output_is_the_constrained
     assert penalised.choices[0].message.content == client.chat.completions.create(**kw, extra_body={"speculative.mode": "off", "repeat_penalty": 1.1}).choices[0].message.content
     yes_no = client.completions.create(model="any", prompt="Is Madrid in Spain? Answer:", max_tokens=4, temperature=0, extra_body={"grammar": 'root ::= " yes" | " no"'})
     assert yes_no.choices[0].text in (" yes", " no")
+
+
+def tool(name: str, description: str, **properties: str) -> dict:
+    schema = {"type": "object", "properties": {k: {"type": v} for k, v in properties.items()}, "required": list(properties)}
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
+
+
+TOOLS = [tool("get_weather", "The weather in a city now", city="string"), tool("add", "The sum of two numbers", a="number", b="number")]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def run_tool(name: str, args: dict) -> str:
+    return f"{args['city']}: sunny, 12 C" if name == "get_weather" else str(args["a"] + args["b"])
+
+
+def assembled(chunks) -> tuple[str, list[tuple[str, str]], str | None]:
+    """A stream's content, its tool calls put together from their deltas, and its finish reason."""
+    content, calls, finish = "", {}, None
+    for c in chunks:
+        if not c.choices:
+            continue
+        delta = c.choices[0].delta
+        content += delta.content or ""
+        for d in delta.tool_calls or []:
+            name, args = calls.get(d.index, ("", ""))
+            calls[d.index] = (name + (d.function.name or ""), args + (d.function.arguments or ""))
+        finish = c.choices[0].finish_reason or finish
+    return content, [calls[i] for i in sorted(calls)], finish
+
+
+def test_an_agent_loop_of_five_tool_rounds_every_call_parsed(served: Served):
+    """As an agent runs it: the openai client, two tools, five rounds of calls and their results
+    (required, a named function, streamed), then a free reply; drafting on throughout."""
+    client = served.client()
+    messages = [{"role": "user", "content": "Check the weather in Oslo, then in Rome, and add 12 and 30."}]
+    choices = ["required", {"type": "function", "function": {"name": "add"}}, "required", {"type": "function", "function": {"name": "get_weather"}}, "required"]
+    drafted = 0
+    for i, choice in enumerate(choices):
+        kw = dict(model="agent", messages=messages, tools=TOOLS, tool_choice=choice, temperature=0.7, seed=i, max_tokens=96, extra_body={"speculative.mode": "fixed"})
+        if i == 2:
+            content, calls, finish = assembled(client.chat.completions.create(**kw, stream=True))
+            ids = [f"call_{i}_{j}" for j in range(len(calls))]
+        else:
+            out = client.chat.completions.create(**kw)
+            message, finish = out.choices[0].message, out.choices[0].finish_reason
+            calls, ids = [(c.function.name, c.function.arguments) for c in message.tool_calls or []], [c.id for c in message.tool_calls or []]
+            assert message.content is None
+            drafted += out.model_extra["timings"]["draft_n"]
+        assert finish == "tool_calls" and len(calls) == 1, (finish, calls)
+        if isinstance(choice, dict):
+            assert calls[0][0] == choice["function"]["name"]
+        for (name, args), call_id in zip(calls, ids):
+            jsonschema.validate(json.loads(args), SCHEMAS[name])
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": k, "type": "function", "function": {"name": n, "arguments": a}} for (n, a), k in zip(calls, ids)]})
+        messages += [{"role": "tool", "tool_call_id": k, "content": run_tool(n, json.loads(a))} for (n, a), k in zip(calls, ids)]
+    assert drafted > 0
+    out = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, temperature=0, max_tokens=64)
+    message = out.choices[0].message
+    assert (out.choices[0].finish_reason, message.content is None) in (("tool_calls", True), ("stop", False)), out
+    assert "tool_response" not in (message.content or "") and "{" not in (message.content or "")[:1]
+
+
+def test_a_streamed_tool_call_is_the_whole_replys_and_tool_choice_none_answers_in_text(served: Served):
+    client = served.client()
+    kw = dict(model="any", messages=[{"role": "user", "content": "What is 2 plus 3?"}], tools=TOOLS, tool_choice="required", temperature=0, max_tokens=64)
+    whole = client.chat.completions.create(**kw).choices[0].message.tool_calls
+    content, calls, finish = assembled(client.chat.completions.create(**kw, stream=True))
+    assert content == "" and finish == "tool_calls" and calls == [(c.function.name, c.function.arguments) for c in whole]
+    free = client.chat.completions.create(**{**kw, "tool_choice": "none"})
+    assert free.choices[0].finish_reason in ("stop", "length") and free.choices[0].message.content and not free.choices[0].message.tool_calls
+
+
+def test_a_template_with_hermes_tool_calls_from_chat_template(smollm2_q4: Path):
+    """--chat-template gives SmolLM2 a Qwen-style template: tools rendered by it, calls written in
+    <tool_call> tags, read back, the result answered."""
+    template = Path(__file__).parent / "templates" / "hermes.jinja"
+    s = start("-m", str(smollm2_q4), "--ctx", "1024", "--chat-template", str(template))
+    try:
+        client = s.client()
+        kw = dict(model="any", messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=TOOLS, temperature=0, max_tokens=64)
+        out = client.chat.completions.create(**kw, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+        calls = out.choices[0].message.tool_calls
+        assert out.choices[0].finish_reason == "tool_calls" and [c.function.name for c in calls] == ["get_weather"]
+        jsonschema.validate(json.loads(calls[0].function.arguments), SCHEMAS["get_weather"])
+        content, streamed, _ = assembled(client.chat.completions.create(**kw, tool_choice="required", stream=True))
+        assert content == "" and len(streamed) == 1
+        history = [*kw["messages"], out.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": calls[0].id, "content": "Oslo: sunny, 12 C"}]
+        reply = client.chat.completions.create(**{**kw, "messages": history})
+        assert reply.choices[0].finish_reason in ("stop", "length", "tool_calls")
+        assert "<tool_call>" not in (reply.choices[0].message.content or "")
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+def test_n_choices_one_after_the_other_each_seeded_streamed_and_not(served: Served):
+    client = served.client()
+    kw = dict(model="any", messages=[{"role": "user", "content": PROMPT}], temperature=0.9, seed=5, max_tokens=24, n=3, extra_body={"speculative.mode": "fixed"})
+    out = client.chat.completions.create(**kw)
+    texts = [c.message.content for c in out.choices]
+    assert [c.index for c in out.choices] == [0, 1, 2] and len(set(texts)) > 1  # each choice drawn on its own
+    assert out.usage.completion_tokens == out.model_extra["timings"]["predicted_n"] >= 3
+    assert [c.message.content for c in client.chat.completions.create(**kw).choices] == texts  # the seed repeats them all
+    chunks = list(client.chat.completions.create(**{**kw, "n": 2}, stream=True, stream_options={"include_usage": True}))
+    by_index = ["".join(c.choices[0].delta.content or "" for c in chunks if c.choices and c.choices[0].index == i) for i in (0, 1)]
+    assert by_index == texts[:2]
+    assert chunks[-1].usage.completion_tokens == client.chat.completions.create(**{**kw, "n": 2}).usage.completion_tokens
+    greedy = client.completions.create(model="any", prompt="The sea is", max_tokens=8, temperature=0, n=2)
+    assert greedy.choices[0].text == greedy.choices[1].text and [c.index for c in greedy.choices] == [0, 1]
+    code, body, _ = call(served, "POST", "/v1/completions", {"prompt": "x", "tools": TOOLS})
+    assert code == 400 and body["error"]["param"] == "tools" and "chat completions" in body["error"]["message"]
 
 
 def test_logprobs_are_the_targets_whether_or_not_drafts_were_accepted(served: Served):

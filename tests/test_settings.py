@@ -48,7 +48,7 @@ def test_every_field_says_when_it_may_change():
     assert set(PER_GENERATION) >= {"temp", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "draft_max", "draft_min",
                                    "draft_p_min", "draft_policy", "draft_mode", "draft_p_split", "lookup_min", "lookup_max"}
     load = {n for n, a in FIELDS.items() if a.phase == LOAD}
-    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots", "lookup_method", "suffix_cache", "suffix_cache_size", "rpc", "tensor_split"}
+    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots", "lookup_method", "suffix_cache", "suffix_cache_size", "rpc", "tensor_split", "chat_template"}
     assert all(a.phase in (LOAD, GENERATION) for a in FIELDS.values())
     assert all(FIELDS[n].api for n in PER_GENERATION)  # a server can override each per-generation setting
 

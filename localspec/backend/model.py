@@ -37,8 +37,8 @@ class ModelOptions:
     tensor_split: tuple[float, ...] = ()  # in what proportions (empty: by free memory)
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
-    # Token sequences kept (in host memory) after their generation, a server's conversations; 0: none.
-    slots: int = 0
+    slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
+    chat_template: str | None = None  # the user's, over the GGUF's
     verbose: bool = False
 
 
@@ -81,7 +81,7 @@ class Model:
         cparams.abort_callback = self._abort_cb
         self._watching = True
         self.passes = 0  # llama_decode calls so far: what a drafter's call is costed by
-        self.busy_s = 0.0  # seconds inside them (on a CPU, a pass is done when its call returns)
+        self.busy_s = 0.0  # seconds inside them, to their outputs (a GPU's pass is done when they are)
         self.timer = PassTimer()  # passes up to their logits, for the RPC watchdog
         if self.recurrent:
             cparams.n_rs_seq = options.rollback_snapshots
@@ -96,8 +96,7 @@ class Model:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
         self.cached: list[int] = []
-        # A recurrent state cannot be cut back to a shared prefix: it keeps nothing.
-        self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)
+        self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
         self.threads = options.n_threads
@@ -131,7 +130,7 @@ class Model:
 
     def chat_template(self) -> str | None:
         tmpl = llama_cpp.llama_model_chat_template(self.model, None)
-        return tmpl.decode("utf-8") if tmpl else None
+        return self.options.chat_template or (tmpl.decode("utf-8") if tmpl else None)
 
     def bos_eos_text(self) -> tuple[str, str, bool]:
         bos = llama_cpp.llama_vocab_bos(self.vocab)
@@ -211,6 +210,7 @@ class Model:
             self._watching = watch
         start = time.perf_counter()
         rc = llama_cpp.llama_decode(self.ctx, self._batch)
+        llama_cpp.llama_synchronize(self.ctx)
         self.busy_s += time.perf_counter() - start
         return rc
 

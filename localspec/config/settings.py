@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+import jinja2
+
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.grammar import gbnf_problem, schema_grammar
 from localspec.config import defaults
@@ -121,6 +123,16 @@ def _schema(v: str, s: Settings) -> str | None:
     return None
 
 
+def _jinja(v: str, _s: Settings) -> str | None:
+    if not v.strip():
+        return "is empty"
+    try:
+        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(v)
+    except jinja2.TemplateSyntaxError as e:
+        return _literal(f"is not a Jinja template ({e.message}, line {e.lineno})")
+    return None
+
+
 def _literal(problem: str | None) -> str | None:
     """A problem quoting the user's text, whose braces SettingError must not take for field names."""
     return problem and problem.replace("{", "{{").replace("}", "}}")
@@ -143,6 +155,7 @@ class Settings:
     grammar: str | None = field(default=None, metadata=_about(flag="--grammar", panel=SAMPLING, metavar="FILE", api="grammar", alias=False, file=True, help="Constrain the output to a GBNF grammar (llama.cpp's; a file; a request gives its text): each token drawn from the target's distribution over what the grammar allows, drafts judged against the same.", check=_optional(lambda v, _s: _literal(gbnf_problem(v)) if v.strip() else "is empty")))
     json_schema: str | None = field(default=None, metadata=_about(flag="--json-schema", panel=SAMPLING, metavar="FILE", api="json_schema", alias=False, file=True, help="Constrain the output to JSON matching this JSON schema (a file; a request gives the schema), through its GBNF grammar.", check=_optional(_schema)))
     ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
+    chat_template: str | None = field(default=None, metadata=_about(flag="--chat-template", panel=MODEL, metavar="FILE", phase=LOAD, alias=False, file=True, help="Render conversations (and a server's tools) with this Jinja chat template, a file, instead of the model's own.", check=_optional(_jinja)))
     threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
     draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
     gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", short=("-ngl",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=_optional(_within(0, math.inf))))
@@ -202,16 +215,8 @@ _TYPES = {f.name: str(f.type) for f in fields(Settings)}
 
 def value_types(name: str) -> tuple[type, ...]:
     """The Python types a value of this field may have (as TOML or JSON give it)."""
-    kind = _TYPES[name]
-    if kind.startswith("bool"):
-        return (bool,)
-    if kind.startswith("int"):
-        return (int,)
-    if kind.startswith("float"):
-        return (int, float)
-    if kind.startswith("tuple"):
-        return (list, tuple)
-    return (str,)
+    kinds: tuple[tuple[str, tuple[type, ...]], ...] = (("bool", (bool,)), ("int", (int,)), ("float", (int, float)), ("tuple", (list, tuple)))
+    return next((types for prefix, types in kinds if _TYPES[name].startswith(prefix)), (str,))
 
 
 # What a value of each of those types is called in an error.

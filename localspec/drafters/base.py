@@ -54,6 +54,9 @@ class Budget(Protocol):
     # depends on its value (a draft cut short after sampling would not be lossless).
     floor: int
     asked: DraftKey | None  # the drafter this budget let draft (the step is credited to it)
+    # Whether the draft's confidence decides anything (auto's calibrated acceptance): at a fixed
+    # length a greedy draft model needs only its argmax, one pass over the vocabulary, not three.
+    calibrates: bool
 
     def limit(self, key: DraftKey, calibrated: bool = False) -> int:
         """The most tokens `key` may draft this step (calibrated: it will ask `keep` and

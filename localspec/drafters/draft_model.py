@@ -42,7 +42,8 @@ class DraftModelDrafter:
         coupled = self.coupling if not params.greedy else None
         # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
         one_hot = params.greedy or self.settings.policy == "greedy" or coupled is not None
-        draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[])
+        read = budget.calibrates or self.settings.p_min > 0 or not params.greedy  # whether confidences are read
+        draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[] if read else None)
         if not self.view.knows(context[-1]):
             return draft
         max_tokens = budget.limit(self.key, calibrated=True)
@@ -72,10 +73,12 @@ class DraftModelDrafter:
         for n in range(1, max_tokens + 1):
             logits = shaped(logits, context, draft.tokens, params, grammar)
             q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
-            if q is None:
+            if q is not None:
+                confidence = q.top()
+            elif draft.confidences is not None:
                 token, confidence = top_token(logits)
             else:
-                confidence = q.top()
+                token, confidence = int(np.argmax(logits)), 1.0
             if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.key, confidence)
@@ -84,7 +87,8 @@ class DraftModelDrafter:
             if q is not None:
                 token = coupled.choose(q, len(context) + n - 1) if coupled else sample(q, rng)
             draft.tokens.append(token)
-            draft.confidences.append(confidence)  # type: ignore[union-attr]
+            if draft.confidences is not None:
+                draft.confidences.append(confidence)
             if draft.probs is not None:
                 draft.probs.append(q)  # type: ignore[arg-type]
             if not budget.extend(self.key, path_p, n):

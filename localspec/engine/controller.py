@@ -62,6 +62,7 @@ class FixedBudget:
     cap: int
     floor: int = 0
     asked: DraftKey | None = None  # a fixed length is nobody's verdict to record
+    calibrates: bool = False
 
     def limit(self, key: DraftKey, calibrated: bool = False) -> int:
         return self.cap
@@ -241,6 +242,7 @@ class _AutoBudget:
     cap: int
     floor: int = 0  # --draft-min; raised for a step on trial or probing
     asked: DraftKey | None = None  # the drafter let draft this step, last asked
+    calibrates: bool = True
     _rate_now: float | None = None
 
     def _rate(self) -> float:

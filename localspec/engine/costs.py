@@ -206,6 +206,19 @@ class LiveCosts:
         first two passes)."""
         return self.seen.get(1, 0) >= 2
 
+    @property
+    def span(self) -> int:
+        return span(self.context)
+
+    def one_token_pass(self, at_span: int, batch: int, seconds: float) -> float:
+        """What a one-token pass cost when one over `batch` tokens at that span took `seconds`; 0
+        where that is not known (the span's one-token passes or that width not timed)."""
+        passes = self.spans.get(at_span)
+        if passes is None or passes.seen.get(1, 0) < 2 or not passes.seen.get(batch):
+            return 0.0
+        # Never above the pass itself (noisy first passes can make a wide one look cheaper).
+        return seconds / max(passes.relative(batch), 1.0)
+
     def verify(self, batch: int) -> float:
         """Seconds for a target pass over `batch` tokens, with its verification."""
         passes = self._passes

@@ -42,6 +42,15 @@ class GenerationConfig:
 
 
 @dataclass
+class StepCost:
+    span: int
+    width: int
+    verify_s: float
+    step_s: float
+    shown: int = 0
+
+
+@dataclass
 class Run:
     """One generation's state, passed from step to step."""
 
@@ -57,7 +66,9 @@ class Run:
     generated: list[int] = field(default_factory=list)
     stop_reason: str = ""
     t_gen: float = 0.0
-    plain_s: float = 0.0  # what a one-token target pass cost at the latest step
+    # Each step's verification (span of context, width, seconds), what the whole step took and the
+    # tokens it showed, priced against the target alone at the end, by the costs learned by then.
+    spent: list[StepCost] = field(default_factory=list)
     scored: list[TokenLogprob] = field(default_factory=list)  # the latest step's tokens, when asked for
     grammar: Grammar | None = None  # where config.grammar stands after the output so far
 

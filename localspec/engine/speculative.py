@@ -38,7 +38,7 @@ from localspec.engine.events import (
     TokenEvent,
     TokenLogprob,
 )
-from localspec.engine.generation import GenerationConfig, Proposal, Run
+from localspec.engine.generation import GenerationConfig, Proposal, Run, StepCost
 from localspec.engine.text import TextStream
 from localspec.engine.threads import ThreadGovernor
 from localspec.engine.tree_verify import TreeLayout, verify_tree
@@ -215,10 +215,7 @@ class SpeculativeEngine:
         """What the step cost and earned, for the controller, the thread governor and the stats."""
         draft = proposal.draft
         costs, width, stats = self.controller.costs, len(draft.tokens) + 1, run.stats
-        # A one-token pass, now: priced only where a pass this wide and one-token ones were timed,
-        # and never above the pass itself (noisy first passes can make a wide one look cheaper).
-        run.plain_s = verify_s / max(costs.relative(width), 1.0) if costs.anchored and costs.seen.get(width) else 0.0
-        stats.steps_s += proposal.seconds + verify_s if run.plain_s else 0.0
+        run.spent.append(StepCost(costs.span, width, verify_s, proposal.seconds + verify_s))
         if self.governor is not None:
             self.governor.observe(costs.verify(width), costs.relative(width), verify_s)
             stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
@@ -254,7 +251,7 @@ class SpeculativeEngine:
         # The user's counts are of what was emitted: draft tokens verified past the end of
         # generation count as neither accepted nor generated.
         accepted = min(n_acc, shown)
-        stats.alone_s += shown * run.plain_s
+        run.spent[-1].shown = shown
         if draft.tokens:
             stats.record(draft.source, len(draft.tokens), accepted)
         yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
@@ -266,6 +263,12 @@ class SpeculativeEngine:
         stats.notes = self.controller.notes[run.notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in costs.summary(mean_batch).items()}
+        # Each step against the target alone at its own moment: its tokens at what a one-token pass
+        # cost then (known once its width is timed, if only by this step), against what it took.
+        for step in run.spent:
+            plain = costs.one_token_pass(step.span, step.width, step.verify_s)
+            stats.alone_s += step.shown * plain
+            stats.steps_s += step.step_s if plain else 0.0
         tail = run.stream.finish()
         return DoneEvent(run.stop_reason, stats, tail, run.stream.text, run.generated)
 

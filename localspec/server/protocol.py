@@ -2,7 +2,7 @@
 keys), checked field by field so that every error names the field.
 
 Fields that would change the output and are not supported give an error unless they carry their
-neutral value (real clients send `n: 1`, zero penalties, `tools: []`); fields with no effect
+neutral value (real clients send `best_of: 1`, `logit_bias: {}`); fields with no effect
 on the output (`user`, `metadata`, `store`, ...) and fields this server does not know are ignored,
 as llama-server and vLLM do."""
 
@@ -21,48 +21,36 @@ from localspec.config.settings import (
     of_types,
     value_types,
 )
+from localspec.server.api_error import ApiError, bad
 from localspec.server.logprobs import MAX_TOP
+from localspec.server.tool_request import tool_message, tool_use
+from localspec.session.tool_format import ToolUse
 
 # API key -> settings field, for the fields a request may set.
 API_FIELDS = {FIELDS[name].api: name for name in PER_GENERATION if FIELDS[name].api}
 SPECULATIVE = "speculative."
+MAX_CHOICES = 16  # n: each choice is a generation of its own, one after the other
 # Unsupported fields, each with the values that leave the output as it is.
 NEUTRAL: dict[str, tuple[Any, ...]] = {
-    "n": (None, 1),
     "best_of": (None, 1),
     "echo": (None, False),
     "suffix": (None, ""),
-    "tools": (None, []),
     "functions": (None, []),
-    "tool_choice": (None, "none", "auto"),
     "function_call": (None, "none", "auto"),
     "logit_bias": (None, {}),
     "audio": (None,),
     "prediction": (None,),
     "modalities": (None, ["text"]),
 }
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-
-
-class ApiError(Exception):
-    """An error response: its HTTP status, message, the field at fault and OpenAI's error type."""
-
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> None:
-        super().__init__(message)
-        self.status, self.message, self.param, self.kind = status, message, param, kind
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
-
-
-def bad(param: str, problem: str) -> ApiError:
-    return ApiError(400, f"{param}: {problem}", param)
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 @dataclass
 class ApiRequest:
     chat: bool
-    messages: list[dict[str, str]] = field(default_factory=list)  # chat: the conversation
+    messages: list[dict[str, Any]] = field(default_factory=list)  # chat: the conversation
+    tools: ToolUse | None = None  # chat: the tools offered, and what is asked of them
+    n: int = 1  # choices, generated one after the other
     prompt: str | list[int] = ""  # completions: text, or token ids
     stream: bool = False
     include_usage: bool = False
@@ -83,9 +71,16 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     req.include_usage = bool(_typed(options, "include_usage", bool, KINDS[bool], "stream_options.include_usage"))
     if chat:
         req.messages = _messages(body.get("messages"))
+        req.tools = tool_use(body)
+    elif body.get("tools"):
+        raise bad("tools", "only chat completions (/v1/chat/completions) take tools")
     else:
         req.prompt = _prompt(body.get("prompt"))
     req.logprobs = _logprobs(body, chat)
+    n = body.get("n")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_CHOICES):
+        raise bad("n", f"must be an integer in [1, {MAX_CHOICES}]")
+    req.n = n or 1
     limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
     values = {API_FIELDS[k] if k in API_FIELDS else k: v for k, v in body.items() if k in API_FIELDS and v is not None}
     if body.get(limit) is not None:
@@ -163,7 +158,7 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
     return (top or 0) if wanted else None
 
 
-def _messages(messages: Any) -> list[dict[str, str]]:
+def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
         raise bad("messages", "must be a non-empty list of {role, content} objects")
     out = []
@@ -173,10 +168,12 @@ def _messages(messages: Any) -> list[dict[str, str]]:
             raise bad(where, "must be an object with role and content")
         role = m.get("role")
         if role not in ROLES:
-            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)} (tool calls are not supported)")
-        if m.get("tool_calls") or m.get("function_call"):
-            raise bad(f"{where}.tool_calls", "tool calls are not supported")
-        out.append({"role": ROLES[role], "content": _content(m.get("content"), f"{where}.content")})
+            raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
+        if m.get("function_call"):
+            raise bad(f"{where}.function_call", "is not supported (send tool_calls)")
+        calls = role == "assistant" and m.get("tool_calls")
+        content = "" if calls and m.get("content") is None else _content(m.get("content"), f"{where}.content")
+        out.append(tool_message(m, where, content) if calls or role == "tool" else {"role": ROLES[role], "content": content})
     return out
 
 

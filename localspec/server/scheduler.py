@@ -19,7 +19,7 @@ from typing import Any
 from localspec.engine.events import DoneEvent, PromptEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig
 from localspec.errors import LocalspecError
-from localspec.server.protocol import ApiError
+from localspec.server.api_error import ApiError
 from localspec.session.loader import Loaded
 
 

@@ -178,6 +178,7 @@ def load_models(
             rollback_snapshots=settings.draft_max + 1,
             n_seq_max=n_seq_max,
             slots=slots,
+            chat_template=settings.chat_template,
             verbose=verbose,
         ),
         cancel,

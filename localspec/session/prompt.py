@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from localspec.backend.model import Model
 from localspec.errors import LocalspecError
 
-Message = dict[str, str]
+Message = dict[str, Any]
 # Used when a GGUF carries no chat template, by run and chat alike (llama.cpp falls back to ChatML too).
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -22,14 +23,18 @@ def template_notice(model: Model) -> str | None:
     return f"{model.path.name} has no chat template: messages are rendered as ChatML (--raw sends a prompt as is)"
 
 
-def render_chat(model: Model, messages: Sequence[Message]) -> str:
-    """The conversation rendered by the GGUF's chat template (ChatML when it has none)."""
+def template_of(model: Model) -> str:
+    return model.chat_template() or CHATML
+
+
+def render_chat(model: Model, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> str:
+    """The conversation rendered by the GGUF's chat template (ChatML when it has none), with the
+    tools offered (OpenAI's `tools` entries) where the template takes them."""
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-    template = model.chat_template() or CHATML
     bos, eos, _ = model.bos_eos_text()
     try:
-        return Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)(messages=list(messages)).prompt
+        return Jinja2ChatFormatter(template_of(model), eos_token=eos, bos_token=bos)(messages=list(messages), tools=tools).prompt
     except Exception as e:  # jinja2 raises template and runtime errors of many types
         raise LocalspecError(f"the model's chat template failed ({e}); use --raw to send the prompt as is") from None
 
