@@ -86,3 +86,11 @@ def test_every_setting_is_an_option_of_every_command_that_takes_it():
             assert (name in opts) == takes, (command, name)
             if takes:
                 assert about.flag in opts[name] and set(about.short) <= opts[name], (command, name, opts[name])
+
+
+def test_a_chat_template_is_checked_as_the_renderer_parses_it():
+    # Hugging Face's {% generation %} tag is one llama-cpp-python's formatter knows.
+    tagged = "{% for m in messages %}{% generation %}{{ m['content'] }}{% endgeneration %}{% endfor %}"
+    assert Settings().merged({"chat_template": tagged}).chat_template == tagged
+    with pytest.raises(SettingError, match="--chat-template is not a Jinja template"):
+        Settings().merged({"chat_template": "{% for m in messages %}"})

@@ -15,8 +15,6 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.grammar import gbnf_problem, schema_grammar
 from localspec.config import defaults
@@ -124,11 +122,15 @@ def _schema(v: str, s: Settings) -> str | None:
 
 
 def _jinja(v: str, _s: Settings) -> str | None:
+    """Parsed as the chat renderer parses it (llama-cpp-python's formatter, with HF's tags)."""
+    from jinja2 import TemplateSyntaxError
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
     if not v.strip():
         return "is empty"
     try:
-        jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(v)
-    except jinja2.TemplateSyntaxError as e:
+        Jinja2ChatFormatter(v, eos_token="", bos_token="")
+    except TemplateSyntaxError as e:
         return _literal(f"is not a Jinja template ({e.message}, line {e.lineno})")
     return None
 

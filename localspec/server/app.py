@@ -117,7 +117,7 @@ class Server:
         choices = Choices(tokens, replace(config, logprobs=req.logprobs), Reply(chat, self.config.model_id, reading),
                           lambda: Gathered(shaper, chat, target.is_eog), req.n, req.include_usage)
         job = choices.job(0, arrived)
-        refused = self.delivery.submit(job) or await self.delivery.started(job, request)
+        refused = await self.delivery.begin(job, request)
         if refused is not None:
             return refused
         waited = {"X-Queue-Ms": f"{job.queue_ms:.0f}"}

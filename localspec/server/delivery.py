@@ -67,7 +67,7 @@ class Delivery:
     def __init__(self, scheduler: Scheduler, metrics: Metrics, max_queue: int) -> None:
         self.scheduler, self.metrics, self.max_queue = scheduler, metrics, max_queue
 
-    def submit(self, job: Job) -> Response | None:
+    def _submit(self, job: Job) -> Response | None:
         """Queue a job; the error response when it cannot be."""
         try:
             self.scheduler.submit(job)
@@ -80,8 +80,11 @@ class Delivery:
             return error(CLOSING)
         return None
 
-    async def started(self, job: Job, request: Request) -> Response | None:
-        """Wait for the job's prompt to be taken; the response when it never starts."""
+    async def begin(self, job: Job, request: Request) -> Response | None:
+        """Queue a job and wait for its prompt to be taken; the response when it never starts."""
+        return self._submit(job) or await self._started(job, request)
+
+    async def _started(self, job: Job, request: Request) -> Response | None:
         first = await self.next(job, request)
         if isinstance(first, PromptEvent):
             return None
@@ -100,7 +103,7 @@ class Delivery:
         for i in range(choices.n):
             if i > 0:
                 job = choices.job(i)
-                refused = self.submit(job) or await self.started(job, request)
+                refused = await self.begin(job, request)
                 if refused is not None:
                     return refused
             scores = choices.scores()
@@ -143,7 +146,7 @@ class Delivery:
             for i in range(choices.n):
                 if i > 0:
                     live = job = choices.job(i)
-                    refused = self.submit(job) or await self.started(job, request)
+                    refused = await self.begin(job, request)
                     if refused is not None:
                         live = None
                         if isinstance(refused, JSONResponse):  # not a client that left

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,14 +28,20 @@ def template_of(model: Model) -> str:
     return model.chat_template() or CHATML
 
 
+@functools.lru_cache(maxsize=8)
+def _formatter(template: str, eos: str, bos: str) -> Any:
+    """A template compiled once: compiling takes ~10 ms, rendering a conversation ~0.03 ms."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    return Jinja2ChatFormatter(template, eos_token=eos, bos_token=bos)
+
+
 def render_chat(model: Model, messages: Sequence[Message], tools: list[dict[str, Any]] | None = None) -> str:
     """The conversation rendered by the GGUF's chat template (ChatML when it has none), with the
     tools offered (OpenAI's `tools` entries) where the template takes them."""
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
     bos, eos, _ = model.bos_eos_text()
     try:
-        return Jinja2ChatFormatter(template_of(model), eos_token=eos, bos_token=bos)(messages=list(messages), tools=tools).prompt
+        return _formatter(template_of(model), eos, bos)(messages=list(messages), tools=tools).prompt
     except Exception as e:  # jinja2 raises template and runtime errors of many types
         raise LocalspecError(f"the model's chat template failed ({e}); use --raw to send the prompt as is") from None
 

@@ -54,12 +54,12 @@ def parse_reply(text: str, fmt: str, names: frozenset[str]) -> Parsed:
     if found is None:
         return Parsed(text)
     items, content = found
-    calls = [ToolCall.of(item, key, names) for item in items]
-    if fmt == GENERIC and not items:
+    if fmt == GENERIC and not items:  # {"response": ...}: a plain reply
         return Parsed(content)
+    calls = [ToolCall.of(item, key, names) for item in items]
     if not calls or None in calls:
         return Parsed(text)
-    return Parsed(content, tuple(c for c in calls if c is not None))
+    return Parsed(content, tuple(calls))  # type: ignore[arg-type]
 
 
 def _calls(text: str, fmt: str) -> tuple[list[Any], str] | None:
