@@ -10,6 +10,7 @@ import llama_cpp
 import numpy as np
 import pytest
 from conftest import model_options
+from tiny_models import TinySpec, write_tiny_llama
 
 from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model
@@ -67,6 +68,14 @@ def test_every_cut_of_the_header_is_refused_in_one_line(tmp_path: Path):
         part.write_bytes(whole[:cut])
         with pytest.raises(LocalspecError, match="corrupt or truncated|truncated"):
             check_gguf(part)
+
+
+@pytest.mark.parametrize("key", ["block_count", "embedding_length", "context_length", "attention.head_count", "rope.dimension_count"])
+def test_a_header_size_of_zero_is_refused_before_llama_cpp_divides_by_it(tmp_path: Path, key: str):
+    # block_count = 0 made llama.cpp abort the process; the others, a reduction over nothing.
+    path = write_tiny_llama(tmp_path / "crafted.gguf", TinySpec(header=((f"llama.{key}", 0),)))
+    with pytest.raises(LocalspecError, match=f"inconsistent: .* llama.{key} = 0"):
+        check_gguf(path)
 
 
 def test_the_digest_is_the_one_caches_were_keyed_by(smollm2_q4: Path):

@@ -11,6 +11,7 @@ import json
 import select
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -163,6 +164,47 @@ def test_rpc_server_refuses_a_busy_port_warns_when_exposed_and_stops_on_sigterm(
         exposed.wait()
     assert_one_line_error(localspec("rpc-server", "--host", "my-laptop"), "give an IPv4 address")
     assert_one_line_error(localspec("rpc-server", "--device", "NOPE"), "no device 'NOPE'")
+
+
+def _send(sock: socket.socket, command: int, payload: bytes) -> bytes:
+    sock.sendall(bytes([command]) + struct.pack("<Q", len(payload)) + payload)
+    size = struct.unpack("<Q", rpc._recv(sock, 8))[0]
+    return rpc._recv(sock, size)
+
+
+def assert_on_a_tensor_outside_its_buffer(endpoint: str) -> None:
+    """What llama.cpp's server asserts on (ggml-rpc.cpp's deserialize_tensor): a buffer allocated,
+    then INIT_TENSOR naming a tensor in it whose data lies a terabyte past its end."""
+    alloc_buffer, init_tensor = 0, 12  # RPC_CMD_*
+    with rpc._connect(endpoint, 10) as sock:
+        _send(sock, rpc.HELLO, bytes(rpc.CAPS_SIZE))
+        buffer, _size = struct.unpack("<QQ", _send(sock, alloc_buffer, struct.pack("<IQ", 0, 4096)))
+        # rpc_tensor: id, type (f32), buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src, view_offs, data, name
+        tensor = struct.pack("<QIQ4I4II16iI10QQQQ64s4x", 1, 0, buffer, 1024, 1, 1, 1, 4, 4096, 4096, 4096, 0, *[0] * 16, 0, *[0] * 10, 0, 0, buffer + 2**40, b"x")
+        with pytest.raises((EOFError, OSError)):
+            _send(sock, init_tensor, tensor)  # the server dies with the connection
+
+
+def test_a_message_that_makes_llama_cpp_assert_costs_its_sender_the_connection_not_the_service(smollm2_q4: Path):
+    local = run_json(smollm2_q4, "-d", "none", "--no-lookup")
+    with rpc_server() as (endpoint, proc):
+        for _ in range(2):
+            assert_on_a_tensor_outside_its_buffer(endpoint)
+            deadline = time.monotonic() + 30
+            while True:  # listening again within moments
+                try:
+                    rpc.check_server(endpoint, timeout=2)
+                    break
+                except LocalspecError:
+                    assert time.monotonic() < deadline and proc.poll() is None
+                    time.sleep(0.1)
+        remote = run_json(smollm2_q4, "-d", "none", "--no-lookup", "--rpc", endpoint)
+        assert remote["tokens"] == local["tokens"]
+        assert proc.poll() is None
+    log = proc.stderr.read()
+    ended = [line for line in log.splitlines() if "ended llama.cpp's server" in line]
+    assert len(ended) == 2 and all("client 127.0.0.1:" in line and "GGML_ASSERT(tensor->data >= buffer_start" in line for line in ended), log
+    assert "Traceback" not in log and "#0 " not in log and "gdb" not in log, log  # one line each, no backtrace
 
 
 REGISTERED = """

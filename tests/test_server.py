@@ -9,76 +9,26 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import jsonschema
 import openai
 import pytest
-from cli_helpers import CLI, assert_one_line_error, localspec
+from cli_helpers import assert_one_line_error, localspec
+from server_helpers import Served, call, start
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+from localspec.server.internal_error import InternalErrors
 
 PROMPT = "Write a short poem about the sea."
-
-
-@dataclass
-class Served:
-    proc: subprocess.Popen
-    port: int
-    log: list[str] = field(default_factory=list)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def client(self, key: str = "none") -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.url, api_key=key, max_retries=0, timeout=120)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
-
-
-def start(*args: str) -> Served:
-    """A server on a free port; returns once it says where it listens."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
-    assert proc.stderr is not None
-    log: list[str] = []
-    ready = threading.Event()
-    found: list[int] = []
-
-    def read() -> None:
-        for line in proc.stderr:  # type: ignore[union-attr]
-            log.append(line)
-            m = re.search(r"on http://\S+:(\d+)/v1", line)
-            if m and not found:
-                found.append(int(m.group(1)))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=read, daemon=True).start()
-    assert ready.wait(120) and found, "".join(log)
-    return Served(proc, found[0], log)
-
-
-def call(served: Served, method: str, path: str, body: object = None, headers: dict[str, str] | None = None, raw: bytes | None = None):
-    conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
-    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
-    res = conn.getresponse()
-    payload = res.read()
-    conn.close()
-    try:
-        parsed = json.loads(payload)
-    except ValueError:
-        parsed = payload.decode()
-    return res.status, parsed, dict(res.getheaders())
 
 
 def chat_body(content: str = PROMPT, **extra: object) -> dict:
@@ -640,3 +590,84 @@ def test_suffix_cache_is_kept_per_api_key_and_off_when_exposed(smollm2_q4: Path,
             assert s.stop() == 0
     finally:
         os.environ["XDG_CACHE_HOME"] = before
+
+
+def rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def test_hostile_bodies_get_a_4xx_each_the_log_one_line_and_the_server_goes_on(served: Served):
+    since = len(served.log)
+    deep = ('{"messages": ' + "[" * 5000 + "]" * 5000 + "}").encode()
+    code, out, _ = call(served, "POST", "/v1/chat/completions", raw=deep)
+    assert code == 400 and "nests deeper than 64" in out["error"]["message"]
+    code, out, _ = call(served, "POST", "/v1/completions", raw=b'{"prompt": ' + b"[" * 100 + b"]" * 100 + b"}")
+    assert code == 400 and "nests deeper" in out["error"]["message"]
+    # A lone surrogate is valid JSON (json.dumps writes it as an escape) but not Unicode.
+    code, out, _ = call(served, "POST", "/v1/chat/completions", raw=json.dumps(chat_body("hi \ud800 there", max_tokens=4)).encode())
+    assert code == 200 and out["choices"][0]["message"]["content"]
+    assert logged(served, "1 text(s) of a request held lone surrogates", since=since)
+    code, _, _ = call(served, "POST", "/v1/completions", raw=json.dumps({"prompt": "\udfff", "max_tokens": 2, "\ud801": 1}).encode())
+    assert code == 200 and logged(served, "2 text(s) of a request", since=since)  # a key too (unknown keys are ignored)
+    # Over the context's 1024 tokens: refused from a prefix, never tokenized whole.
+    for path, body in (("/v1/completions", {"prompt": "the sea " * 200_000}), ("/v1/chat/completions", chat_body("the sea " * 200_000))):
+        code, out, _ = call(served, "POST", path, body)
+        assert code == 400 and "over 1024 tokens" in out["error"]["message"], out
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
+    assert not [line for line in served.log[since:] if "Traceback" in line or "internal error" in line], "".join(served.log[since:])
+
+
+def test_four_50_mb_bodies_at_once_get_413_and_the_server_grows_under_100_mb(served: Served):
+    before, peak, done = rss_mb(served.proc.pid), [0.0], threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_mb(served.proc.pid))
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    body = b'{"messages": [{"role": "user", "content": "' + b"x" * (50 * 2**20) + b'"}]}'
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda _: call(served, "POST", "/v1/chat/completions", raw=body), range(4)))
+    finally:
+        done.set()
+        watcher.join()
+    assert [a[0] for a in answers] == [413] * 4 and "--max-body" in answers[0][1]["error"]["message"]
+    assert peak[0] - before < 100, (before, peak[0])
+    assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
+
+
+def test_max_body_is_the_servers_own_limit(smollm2_q4: Path):
+    s = start("-m", str(smollm2_q4), "--ctx", "512", "--max-body", "0.01")
+    try:
+        code, out, _ = call(s, "POST", "/v1/completions", {"prompt": "x" * 20_000, "max_tokens": 1})
+        assert code == 413 and "10,485 bytes" in out["error"]["message"]
+        assert call(s, "POST", "/v1/completions", {"prompt": "the sea " * 100, "max_tokens": 1})[0] == 200
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+def test_an_error_no_handler_expected_is_a_500_and_one_log_line_a_stream_ends_where_it_was(capsys):
+    """Starlette's last resort re-raises to uvicorn, which logs a 40-line traceback a request."""
+    async def bug(request):
+        raise RuntimeError("a bug")
+
+    async def midway(request):
+        async def parts():
+            yield b"data: 1\n\n"
+            raise RuntimeError("a bug mid-stream")
+        return StreamingResponse(parts())
+
+    counted: list[int] = []
+    app = Starlette(routes=[Route("/bug", bug), Route("/midway", midway)], middleware=[Middleware(InternalErrors, on_error=lambda: counted.append(1))])
+    with TestClient(app) as client:
+        r = client.get("/bug")
+        assert r.status_code == 500 and r.json()["error"] == {"message": "internal error: RuntimeError", "type": "server_error", "param": None, "code": None}
+        r = client.get("/midway")
+        assert r.status_code == 200 and r.content == b"data: 1\n\n"
+    err = capsys.readouterr().err
+    assert err.count("localspec serve: internal error: RuntimeError: a bug") == 2 and "Traceback" not in err, err
+    assert counted == [1, 1]

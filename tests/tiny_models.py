@@ -54,6 +54,7 @@ class TinySpec:
     # unlikely tokens does; their mass then stays small however many they are.
     pad_below: float = 0.0
     claimed_layers: int | None = None  # a header that says more (or fewer) layers than the tensors hold
+    header: tuple[tuple[str, object], ...] = ()  # header values written in place of the true ones (crafted files)
 
 
 def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:
@@ -133,6 +134,8 @@ def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
     w.add_add_eos_token(False)
     for name, value in weights.items():
         w.add_tensor(name, value)
+    for key, value in spec.header:
+        w.kv_data[0][key].value = value
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.errors import LocalspecError
+from localspec.text_input import exists
 
 GGUF_MAGIC = b"GGUF"
 SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<idx>\d{5})-of-(?P<total>\d{5})\.gguf$")
@@ -86,7 +87,7 @@ class GGUFInfo:
 def check_exists(path: Path, role: str = "model") -> None:
     """Raise LocalspecError unless `path` is a file (before any file is parsed, so that a mistyped
     path is told at once)."""
-    if not path.exists():
+    if not exists(path, f"{role} file"):
         raise LocalspecError(f"{role} file not found: {path}")
     if not path.is_file():
         raise LocalspecError(f"{role} path is not a file: {path}")
@@ -101,7 +102,7 @@ def check_gguf(path: Path, role: str = "model") -> GGUFInfo:
         first = path.with_name(f"{m['stem']}-00001-of-{m['total']}.gguf")
         raise LocalspecError(f"{path.name} is part {int(m['idx'])} of a split {role}: pass the first part, {first}")
     parts = [_check_one(part, role) for part in split_parts(path)]
-    _check_blocks(parts, path, role)
+    _check_header(parts, path, role)
     return parts[0]
 
 
@@ -249,12 +250,22 @@ def _string_array(data: np.ndarray, pos: int, n: int) -> tuple[StringArray, int]
     return StringArray(data, starts, lengths), pos
 
 
-def _check_blocks(parts: list[GGUFInfo], path: Path, role: str) -> None:
-    """llama.cpp asserts (and aborts) when the header claims layers whose tensors are missing."""
-    arch = parts[0].fields.get("general.architecture")
+def _check_header(parts: list[GGUFInfo], path: Path, role: str) -> None:
+    """llama.cpp asserts (and aborts) when the header claims layers whose tensors are missing, or
+    none at all; and it divides by or reduces over the sizes below, so a zero is told here."""
+    fields = parts[0].fields
+    arch = fields.get("general.architecture")
     if not isinstance(arch, str):
         return
-    claimed = parts[0].fields.get(f"{arch}.block_count")
+    for key in ("block_count", "embedding_length", "context_length", "attention.head_count", "rope.dimension_count"):
+        value = fields.get(f"{arch}.{key}")
+        # Per-layer arrays may hold zeros (layers without attention), never only zeros.
+        if value == 0 or (isinstance(value, list) and value and not any(value)):
+            raise LocalspecError(f"{role} file is inconsistent: {path} (its header gives {arch}.{key} = 0)")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    if tokens is not None and not (isinstance(tokens, (list, StringArray)) and len(tokens)):
+        raise LocalspecError(f"{role} file is inconsistent: {path} (its vocabulary is empty)")
+    claimed = fields.get(f"{arch}.block_count")
     if not isinstance(claimed, int):
         return
     present = {int(m[1]) for part in parts for t in part.tensors if (m := BLOCK_RE.match(t.name))}

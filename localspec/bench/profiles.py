@@ -13,6 +13,7 @@ from pathlib import Path
 
 from localspec.engine.clock import CostProfile, DriftProfile, GpuProfile
 from localspec.errors import LocalspecError
+from localspec.text_input import exists
 
 FORMAT = "localspec-costs/1"
 
@@ -74,7 +75,7 @@ def read_profile(path: Path) -> RecordedProfile:
         return RecordedProfile.from_record(path.name, record)
     except FileNotFoundError:
         raise LocalspecError(f"cost profile {path}: no such file") from None
-    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError) as e:
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as e:
         raise LocalspecError(f"cost profile {path} is not one `bench --record-costs` wrote ({e})") from None
 
 
@@ -94,6 +95,6 @@ def load_profile(spec: str) -> CostProfile:
         return GpuProfile(ratio)
     if name == "drift":
         return DriftProfile(load_profile(arg or "cpu"))
-    if spec.endswith(".json") or Path(spec).exists():
+    if spec.endswith(".json") or exists(Path(spec), "cost profile"):
         return read_profile(Path(spec).expanduser())
     raise LocalspecError(f"unknown cost profile {spec!r}: use cpu, gpu[:R], drift[:PROFILE] or a FILE.json from --record-costs")

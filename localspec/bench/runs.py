@@ -64,7 +64,7 @@ def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int =
         try:
             row = json.loads(line)
             prompt = BenchPrompt(str(row.get("question_id", n)), str(row["category"]), str(row["turns"][0]))
-        except (ValueError, KeyError, IndexError, TypeError):
+        except (ValueError, KeyError, IndexError, TypeError, RecursionError):
             raise LocalspecError(f"{source}, line {n}: expected JSON with 'category' and 'turns'") from None
         if categories and prompt.category not in categories:
             continue

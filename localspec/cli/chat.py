@@ -118,9 +118,9 @@ def chat(
 ) -> None:
     """Chat with the model; the conversation stays in the KV caches of target and draft."""
     from rich.console import Console
-    from rich.text import Text
 
     from localspec.cli.views.loading import loading
+    from localspec.cli.views.plain import say
     from localspec.cli.views.render import render_plain, summary_line
     from localspec.cli.views.tui import LiveRenderer
     from localspec.session.conversation import ChatSession
@@ -132,8 +132,7 @@ def chat(
     sys.stdin.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     console = Console()
     err = Console(stderr=True)
-    # Soft wrap throughout: the terminal wraps what it shows, and piped output keeps its lines whole.
-    notify = lambda m: err.print(Text(m, style="yellow"), soft_wrap=True)  # noqa: E731
+    notify = lambda m: say(err, (m, "yellow"))  # noqa: E731
     with user_errors():
         files, settings = request(model, draft, flags, seed=secrets.randbits(32))
         with loading(files):
@@ -151,10 +150,10 @@ def chat(
             notify("no earlier conversation to resume: starting a new one")
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
-    err.print(Text(f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", style="dim"), soft_wrap=True)
+    say(err, (f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", "dim"))
     notice = template_notice(loaded.target)
     if notice:
-        err.print(Text(f"note: {notice}", style="dim"), soft_wrap=True)
+        say(err, (f"note: {notice}", "dim"))
     try:
         while True:
             text = _read_message(">>> " if interactive else "")
@@ -173,13 +172,13 @@ def chat(
                     events = session.reply(text, notify)
                     done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
             except LocalspecError as e:
-                err.print(Text(f"error: {e}", style="red"), soft_wrap=True)
+                say(err, (f"error: {e}", "red"))
                 continue
-            err.print(Text(summary_line(done.stats, done.stop_reason), style="dim"), soft_wrap=True)
+            say(err, (summary_line(done.stats, done.stop_reason), "dim"))
             if stopped.signal not in (None, signal.SIGINT):
                 raise typer.Exit(stopped.exit_code)  # SIGTERM or SIGHUP: the session ends, history saved
         kept = " · `localspec chat --resume` continues it" if session.messages else ""
-        err.print(Text(f"bye: {session.totals.describe()}{kept}", style="dim"), soft_wrap=True)
+        say(err, (f"bye: {session.totals.describe()}{kept}", "dim"))
     finally:
         save_history()
         loaded.close()
@@ -189,7 +188,9 @@ def _command(session, text: str, console, notify) -> bool:
     """Run a /command; True means leave the chat."""
     name, _, arg = text.strip().partition(" ")
     arg = arg.strip()
-    say = lambda m: console.print(m, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    from localspec.cli.views.plain import say as say_to
+
+    say = lambda m: say_to(console, m)  # noqa: E731
     try:
         if name in ("/exit", "/quit", "/bye"):
             return True

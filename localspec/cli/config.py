@@ -19,8 +19,8 @@ def config(
     LOCALSPEC_* variables over an alias's recommendations over the config file over the built-in
     defaults (bench has defaults of its own below the variables)."""
     from rich.console import Console
-    from rich.table import Table
 
+    from localspec.cli.views.plain import say, table
     from localspec.config.settings import FIELDS, typed
     from localspec.config.user_config import (
         config_path,
@@ -51,12 +51,8 @@ def config(
         typer.echo(json.dumps(out))
         return
     console = Console()
-    console.print(f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
-    console.print(f"model: {out['model']['value']} (from {model_source})")
-    console.print(f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
-    table = Table(title="settings")
-    for col in ("setting", "flag", "environment variable", "value", "from"):
-        table.add_column(col)
-    for name, (value, source) in values.items():
-        table.add_row(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source)
-    console.print(table)
+    say(console, f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
+    say(console, f"model: {out['model']['value']} (from {model_source})")
+    say(console, f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
+    rows = [(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source) for name, (value, source) in values.items()]
+    console.print(table("settings", ("setting", "flag", "environment variable", "value", "from"), rows))

@@ -54,8 +54,8 @@ def models(
 ) -> None:
     """List the aliases, what is pulled, and its size on disk."""
     from rich.console import Console
-    from rich.table import Table
 
+    from localspec.cli.views.plain import say, table
     from localspec.registry.aliases import load_registry
     from localspec.registry.pulled import DamagedRecord, read_manifest
 
@@ -91,22 +91,20 @@ def models(
     if json_out:
         typer.echo(json.dumps(rows))
         return
-    table = Table(title="localspec models")
-    for col in ("alias", "description", "pulled", "size on disk", "memory"):
-        table.add_column(col)
+    cells = []
     for row in rows:
         row["alias"] = row["alias"] or "(no -m)"
         size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["pulled"] else "-"
         state = "damaged record: pull again" if row["damaged"] else "yes" if row["pulled"] else "no"
         memory = f"~{row['memory_gb']:g} GB" if row["memory_gb"] else "-"
-        table.add_row(row["alias"], row["description"], state, size, memory)
+        cells.append((row["alias"], row["description"], state, size, memory))
     console = Console()
-    console.print(table)
+    console.print(table("localspec models", ("alias", "description", "pulled", "size on disk", "memory"), cells))
     if on_disk:
         # Aliases may share a draft: the total counts each file once.
-        console.print(f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} files")
+        say(console, f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} files")
     for name, error in registry.errors.items():
-        console.print(f"[yellow]skipped[/yellow] {error}")
+        say(console, ("skipped", "yellow"), f" {error}")
 
 
 def _demo_row() -> dict:

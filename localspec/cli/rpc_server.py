@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import errno
 import ipaddress
-import os
 import signal
 import socket
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -28,10 +26,12 @@ def rpc_server(
 ) -> None:
     """Lend this machine's devices to `--rpc` on another machine.
 
-    llama.cpp's RPC server, of the client's own build; one client at a time, until Ctrl-C or SIGTERM."""
+    llama.cpp's RPC server, of the client's own build; one client at a time, until Ctrl-C or SIGTERM.
+    A message that makes llama.cpp's server abort ends that client's connection; the server
+    listens again at once."""
     from localspec.backend import devices as ggml
     from localspec.backend.hardware import physical_cores
-    from localspec.backend.rpc import serve
+    from localspec.backend.rpc_service import Supervisor
 
     if not ggml.rpc_available():
         raise fail(ggml.NO_RPC)
@@ -58,26 +58,20 @@ def rpc_server(
     names = ", ".join(ggml.name(d) for d in served)
     typer.echo(f"localspec rpc-server on {endpoint} serving {names}; stop it with Ctrl-C", err=True)
     cache = str(cache_dir.expanduser()) if cache_dir else None
-    server = threading.Thread(
-        target=serve, args=(endpoint, cache, threads or physical_cores(), served), name="rpc-server", daemon=True
-    )
-    # The server blocks inside llama.cpp for good: it runs in a thread, and this one waits for a
-    # signal, then ends the process at once (there is nothing to unwind in a blocked C call).
-    stop = threading.Event()
+    log = lambda m: typer.echo(m, err=True)  # noqa: E731
+    supervisor = Supervisor(endpoint, cache, threads or physical_cores(), [ggml.name(d) for d in served], log)
     got: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:
         got.append(sig)
-        stop.set()
+        supervisor.stop()
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    server.start()
-    while not stop.wait(0.5) and server.is_alive():
-        pass
+    supervisor.run()
     if got:
         typer.echo("rpc-server stopped", err=True)
-        os._exit(128 + got[0])
+        raise typer.Exit(128 + got[0])
     raise fail(f"the RPC server on {endpoint} stopped (see above)")
 
 

@@ -22,6 +22,7 @@ from localspec.cli.options import (
 )
 from localspec.config.settings import SAMPLING, SERVER
 from localspec.config.user_config import API_KEY_ENV
+from localspec.server.request_body import DEFAULT_MAX_BODY
 from localspec.server.request_log import LOG_FORMATS
 
 
@@ -44,6 +45,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed at start).", rich_help_panel=SERVER)] = 8080,
     api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar=API_KEY_ENV, help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
     max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
+    max_body: Annotated[float, typer.Option("--max-body", metavar="MB", min=0.001, help="Largest request body in MiB; a larger one gets 413.", rich_help_panel=SERVER)] = DEFAULT_MAX_BODY / 2**20,
     cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
     alias: Annotated[str | None, typer.Option("--alias", metavar="NAME", help="The model's name in /v1/models and in replies (default: the alias given to -m, or the file's name); a request may name any model.", rich_help_panel=SERVER)] = None,
     log_format: Annotated[str, typer.Option("--log-format", metavar="|".join(LOG_FORMATS), callback=_one_of(LOG_FORMATS), help="One line per request on stderr: text, or json (an object a line).", rich_help_panel=SERVER)] = "text",
@@ -75,7 +77,7 @@ def serve(
         notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
     files = loaded.files
     model_id = alias or (model if model and not names_file(model) else files.model.name)  # an alias, or the file's name
-    config = ServeConfig(settings=settings, model_id=model_id, api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue, log_format=log_format)
+    config = ServeConfig(settings=settings, model_id=model_id, api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue, max_body=int(max_body * 2**20), log_format=log_format)
     server = Server(loaded, config)
     bound_host, bound_port = sock.getsockname()[:2]
     drafter = loaded.engine.drafter_name

@@ -25,6 +25,7 @@ from localspec.config.defaults import (
     VERIFY_MODES,
 )
 from localspec.errors import LocalspecError
+from localspec.text_input import read_bytes
 
 LOAD = "load"
 GENERATION = "generation"
@@ -248,11 +249,11 @@ def read_value(name: str, value: Any) -> Any:
     if value is None or not FIELDS[name].file:
         return value
     try:
-        return Path(value).expanduser().read_text(encoding="utf-8")
+        return read_bytes(Path(value).expanduser(), "file").decode("utf-8")
     except UnicodeDecodeError:
         raise SettingError(name, _literal(f"file {value} is not UTF-8 text") or "") from None
-    except OSError as e:
-        raise SettingError(name, _literal(f"cannot read {value}: {e.strerror or e}") or "") from None
+    except LocalspecError as e:
+        raise SettingError(name, _literal(str(e)) or "") from None
 
 
 def parse(name: str, text: str) -> Any:

@@ -29,7 +29,7 @@ from localspec.config.settings import (
     value_types,
 )
 from localspec.errors import LocalspecError
-from localspec.text_input import from_arg, note, read_file
+from localspec.text_input import exists, from_arg, note, read_file
 
 CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user config directory
 REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (registry/aliases.py)
@@ -66,12 +66,14 @@ def _checked(values: dict[str, Any], where: str, naming: Callable[[str], str]) -
 def read_config(path: Path | None = None, notify: Callable[[str], None] = note) -> Defaults:
     """The config file's defaults (none when there is no file)."""
     path = path or config_path()
-    if not path.exists():
+    if not exists(path, "config file"):
         return Defaults(str(path))
     try:
         data = tomllib.loads(read_file(path, "config file", notify))
     except tomllib.TOMLDecodeError as e:
         raise LocalspecError(f"config file {path} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise LocalspecError(f"config file {path} nests too deeply") from None
     unknown = sorted(set(data) - set(FIELDS) - set(MODEL_KEYS))
     if unknown:
         raise LocalspecError(f"config file {path}: {unknown[0]!r} is not a setting (see `localspec config`)")

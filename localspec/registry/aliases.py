@@ -25,7 +25,7 @@ from localspec.config.settings import (
 )
 from localspec.config.user_config import REGISTRY_ENV
 from localspec.errors import LocalspecError
-from localspec.text_input import read_file
+from localspec.text_input import exists, read_file
 
 APP_NAME = "localspec"
 # Alias names become file names (pulled records): no path separators, no "..", nothing hidden.
@@ -60,7 +60,7 @@ class Alias:
         specs = (self.target, self.draft if with_draft else None)
         paths = [spec.local for spec in specs if spec is not None and spec.local is not None]
         for path in paths:
-            if not path.exists():
+            if not exists(path, f"{self.name}'s file"):
                 raise LocalspecError(f"{self.name} names {path}, which does not exist")
         return paths
 
@@ -105,6 +105,8 @@ def _merge(registry: Registry, text: str, source: str) -> None:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise LocalspecError(f"{source} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise LocalspecError(f"{source} nests too deeply") from None
     for name, entry in data.items():
         registry.aliases.pop(name, None)
         registry.errors.pop(name, None)

@@ -79,7 +79,7 @@ def read_manifest(alias: str) -> Manifest | None:
         return Manifest(data["alias"], {role: [PulledFile(**f) for f in files] for role, files in data["files"].items()})
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         raise DamagedRecord(f"the record of pulled alias {alias!r} is damaged ({path}): pull it again") from None
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import secrets
-import sys
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -21,9 +19,11 @@ from starlette.routing import Route
 from localspec.config.settings import FIELDS, SettingError, Settings, repeatable
 from localspec.server.api_error import ApiError, bad
 from localspec.server.delivery import Choices, Delivery, error
+from localspec.server.internal_error import InternalErrors, log_line
 from localspec.server.logprobs import Gathered, Shaper
 from localspec.server.metrics import Metrics
 from localspec.server.protocol import ApiRequest, parse_request
+from localspec.server.request_body import DEFAULT_MAX_BODY, read_body
 from localspec.server.request_log import RequestLog
 from localspec.server.responses import Reply, ToolReading
 from localspec.server.scheduler import Scheduler
@@ -35,6 +35,7 @@ from localspec.session.prompt import (
     render_chat,
     template_of,
     tokenize_rendered,
+    tokens_in_prefix,
 )
 from localspec.session.tool_format import for_template
 
@@ -48,6 +49,7 @@ class ServeConfig:
     api_key: str | None = None
     cors: tuple[str, ...] = ()
     max_queue: int = 16
+    max_body: int = DEFAULT_MAX_BODY
     log_format: str = "text"
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -70,7 +72,8 @@ class Server:
         middleware = [Middleware(RequestLog, fmt=self.config.log_format)]
         if self.config.cors:
             middleware.append(Middleware(CORSMiddleware, allow_origins=list(self.config.cors), allow_methods=["*"], allow_headers=["*"]))
-        handlers = {ApiError: self._api_error, HTTPException: self._http_error, Exception: self._internal_error}
+        middleware.append(Middleware(InternalErrors, on_error=self.metrics.requests.labels("error").inc))
+        handlers = {ApiError: self._api_error, HTTPException: self._http_error}
         return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
 
     # --- small endpoints -------------------------------------------------------------------
@@ -98,10 +101,9 @@ class Server:
         arrived = time.perf_counter()
         try:
             self._authorize(request)
-            try:
-                body = json.loads(await request.body())
-            except (ValueError, UnicodeDecodeError) as e:
-                raise ApiError(400, f"the request body is not valid JSON: {e}") from None
+            body, replaced = await read_body(request, self.config.max_body)
+            if replaced:
+                log_line(f"{replaced} text(s) of a request held lone surrogates (not Unicode): replaced with U+FFFD")
             req = parse_request(body, chat)
             fmt, values = tool_plan(req.tools, template_of(self.loaded.target), req.values) if chat else ("", req.values)
             tokens = await run_in_threadpool(self._tokens, req, fmt)
@@ -146,9 +148,10 @@ class Server:
         where = "messages" if req.chat else "prompt"
         if req.chat:
             messages, tools = for_template(req.messages, req.tools, fmt)
-            tokens = tokenize_rendered(target, render_chat(target, messages, tools))
+            text = self._fitting(render_chat(target, messages, tools), where)
+            tokens = tokenize_rendered(target, text)
         elif isinstance(req.prompt, str):
-            tokens = prompt_tokens(target, req.prompt, raw=True)
+            tokens = prompt_tokens(target, self._fitting(req.prompt, where), raw=True)
         else:
             tokens = req.prompt
             wrong = next((t for t in tokens if t >= target.n_vocab), None)
@@ -157,6 +160,12 @@ class Server:
         if len(tokens) >= target.n_ctx:
             raise bad(where, f"the prompt is {len(tokens)} tokens, the context holds {target.n_ctx} (start the server with a larger --ctx)")
         return tokens
+
+    def _fitting(self, text: str, where: str) -> str:
+        n_ctx = self.loaded.target.n_ctx
+        if tokens_in_prefix(self.loaded.target, text) >= n_ctx:
+            raise bad(where, f"the prompt is over {n_ctx} tokens ({len(text):,} characters), the context holds {n_ctx} (start the server with a larger --ctx)")
+        return text
 
     # --- errors --------------------------------------------------------------------------------
     async def _http_error(self, request: Request, exc: Exception) -> Response:
@@ -168,11 +177,6 @@ class Server:
         assert isinstance(exc, ApiError)
         return error(exc)
 
-    async def _internal_error(self, request: Request, exc: Exception) -> Response:
-        _log_error(exc)
-        self.metrics.requests.labels("error").inc()
-        return error(ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error"))
-
 
 def _log_error(exc: BaseException) -> None:
-    print(f"localspec serve: internal error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    log_line(f"internal error: {type(exc).__name__}: {exc}")

@@ -28,6 +28,7 @@ from localspec.json_file import write_json
 from localspec.session.generation import generation_config
 from localspec.session.loader import Loaded
 from localspec.session.prompt import Message, render_chat, tokenize_rendered
+from localspec.text_input import read_bytes, without_surrogates
 
 # /set KEY VALUE: the settings that may change between replies, by their flag's name.
 SETTABLE = {FIELDS[name].key: name for name in PER_GENERATION}
@@ -178,15 +179,14 @@ class ChatSession:
             self.autosave = None
 
     def load(self, path: Path) -> None:
+        raw = read_bytes(path, "conversation")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            messages = [{"role": str(m["role"]), "content": str(m["content"])} for m in data["messages"]]
+            data = json.loads(raw)
+            messages = [{"role": str(m["role"]), "content": without_surrogates(str(m["content"]))} for m in data["messages"]]
             system = data.get("system")
-        except OSError as e:
-            raise LocalspecError(f"cannot read {path}: {e.strerror}") from None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             raise LocalspecError(f"{path} is not a saved conversation") from None
         if any(m["role"] not in ("user", "assistant") for m in messages):
             raise LocalspecError(f"{path}: messages must be user or assistant turns")
         self.messages = messages
-        self.system = str(system) if system else None
+        self.system = without_surrogates(str(system)) if system else None

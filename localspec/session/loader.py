@@ -113,7 +113,10 @@ def demo_files() -> tuple[Path, Path]:
 
 def names_file(model: str) -> bool:
     """Whether -m names a GGUF file rather than an alias."""
-    return Path(model).expanduser().exists() or model.endswith(".gguf")
+    try:
+        return Path(model).expanduser().exists() or model.endswith(".gguf")
+    except OSError:  # a name too long for a path: an alias, or an error that says so
+        return model.endswith(".gguf")
 
 
 @dataclass

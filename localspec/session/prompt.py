@@ -46,6 +46,21 @@ def render_chat(model: Model, messages: Sequence[Message], tools: list[dict[str,
         raise LocalspecError(f"the model's chat template failed ({e}); use --raw to send the prompt as is") from None
 
 
+# A text longer than this many characters a token of the context is first tokenized in part:
+# tokenizing 10 MB takes ~5 s, and a prefix that alone overflows the context settles it.
+CHARS_PER_TOKEN_CHECKED = 16
+CUT_SLACK = 16  # a word cut at the prefix's end may take more tokens than the whole word
+
+
+def tokens_in_prefix(model: Model, text: str) -> int:
+    """At least how many tokens `text` holds, told from a prefix when the text is far longer than
+    the context (else 0)."""
+    cut = model.n_ctx * CHARS_PER_TOKEN_CHECKED
+    if len(text) <= cut:
+        return 0
+    return len(model.tokenize(text[:cut], add_special=False, parse_special=True)) - CUT_SLACK
+
+
 def tokenize_rendered(model: Model, text: str) -> list[int]:
     bos, _, _ = model.bos_eos_text()
     # Templates often write the BOS text themselves; the tokenizer must not add a second one.

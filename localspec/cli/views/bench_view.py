@@ -15,13 +15,14 @@ from rich.table import Table
 
 from localspec.bench.runs import BenchResult
 from localspec.bench.suffix_costs import CACHE_SIZES
+from localspec.cli.views.plain import description_column, plain, say
 
 
 class BenchProgress:
     def __init__(self, total: int, quiet: bool = False) -> None:
         self._progress = Progress(
             TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
-            TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True), disable=quiet,
+            TimeRemainingColumn(), description_column(), console=Console(stderr=True), disable=quiet,
         )
         self._task = self._progress.add_task("", total=total)
 
@@ -55,7 +56,7 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
     title = "localspec bench (medians over prompts)"
     if simulated:
         title += f": SIMULATED under the {simulated} cost profile"
-    table = Table(title=title)
+    table = Table(title=plain(title))
     for col in ("category", "mode", "prompts", "tok/s", "speedup", "acceptance", "tokens/pass", "drafted steps", "draft len"):
         table.add_column(col, justify="left" if col in ("category", "mode") else "right")
     last = None
@@ -63,25 +64,25 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
         if last is not None and s.category != last:
             table.add_section()
         last = s.category
-        table.add_row(
+        table.add_row(*map(plain, (
             s.category, s.mode, str(s.n_prompts), f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
             f"{s.acceptance_rate:.1%}" if s.mean_draft_length else "-", f"{s.mean_tokens_per_step:.2f}",
             f"{s.drafted_steps:.0%}" if s.mode != "baseline" else "-", f"{s.mean_draft_length:.1f}" if s.mean_draft_length else "-",
-        )
+        )))
     console.print(table)
     overall = [s for s in result.summaries() if s.category == "all" and s.mode != "baseline"]
     if overall:
-        console.print("costs decided from (ms at each mode's last prompt: one-token and mean-width target pass; draft call + per pass):")
+        say(console, "costs decided from (ms at each mode's last prompt: one-token and mean-width target pass; draft call + per pass):")
         for s in overall:
-            console.print(f"  {s.mode}: {_costs(s.costs_ms)}")
+            say(console, f"  {s.mode}: {_costs(s.costs_ms)}")
     sc = result.suffix_costs
     if sc:
         steps = ", ".join(f"{sc[f'step_ms_{n}']:.2f} ms at {n:,} cached tokens (index built in {sc[f'build_s_{n}']:.2f} s)" for n in CACHE_SIZES)
-        console.print(f"suffix: indexing {sc['index_ms_per_1k_tokens']:.1f} ms per 1k prompt tokens; a drafting step {steps}")
+        say(console, f"suffix: indexing {sc['index_ms_per_1k_tokens']:.1f} ms per 1k prompt tokens; a drafting step {steps}")
     notes = list(dict.fromkeys(n for sample in result.samples for n in sample.notes))
     for n in notes[:5]:
-        console.print(f"auto: {n}")
+        say(console, f"auto: {n}")
     for t in result.ties:
-        console.print(f"tie: {t['mode']} prompt {t['prompt_id']} token {t['index']} (logit margin {t['margin']:.4f})")
+        say(console, f"tie: {t['mode']} prompt {t['prompt_id']} token {t['index']} (logit margin {t['margin']:.4f})")
     for m in result.mismatches:
-        console.print(f"[red]MISMATCH[/red]: {m['mode']} prompt {m['prompt_id']} token {m['index']}: {m['expected']} vs {m['got']} (margin {m['margin']:.4f})")
+        say(console, ("MISMATCH", "red"), f": {m['mode']} prompt {m['prompt_id']} token {m['index']}: {m['expected']} vs {m['got']} (margin {m['margin']:.4f})")

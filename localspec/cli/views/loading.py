@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+from localspec.cli.views.plain import plain
+
 if TYPE_CHECKING:
     from localspec.session.loader import ModelFiles
 
@@ -33,5 +35,5 @@ def loading(files: ModelFiles, shown: bool = True) -> Iterator[None]:
     if not shown or not console.is_terminal:
         yield
         return
-    with console.status(describe(files), spinner="dots"):
+    with console.status(plain(describe(files)), spinner="dots"):
         yield

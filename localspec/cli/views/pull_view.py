@@ -8,19 +8,20 @@ from rich.progress import (
     DownloadColumn,
     Progress,
     TaskID,
-    TextColumn,
     TimeRemainingColumn,
     TransferSpeedColumn,
 )
+
+from localspec.cli.views.plain import description_column
 
 
 class PullProgress:
     def __init__(self, total_bytes: int, console: Console | None = None) -> None:
         self._progress = Progress(
-            TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+            description_column(), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
             TimeRemainingColumn(), console=console or Console(stderr=True),
         )
-        self._total = self._progress.add_task("[bold]total", total=total_bytes)
+        self._total = self._progress.add_task("total", total=total_bytes)
         self._tasks: dict[str, TaskID] = {}
         self._done: dict[str, int] = {}
 

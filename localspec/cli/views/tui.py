@@ -23,6 +23,7 @@ from rich.cells import get_character_cell_size
 from rich.console import Console
 from rich.text import Text
 
+from localspec.cli.views.plain import say
 from localspec.engine.events import (
     DoneEvent,
     Event,
@@ -218,5 +219,5 @@ class LiveRenderer:
             ticker.join()
             term.stop()
         for message in notices:
-            console.print(Text(f"note: {message}", style="yellow"))
+            say(console, (f"note: {message}", "yellow"))
         return done
