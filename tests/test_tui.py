@@ -169,7 +169,10 @@ def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Pat
     # and other batch widths or thread counts may break a tie the other way.
     args = ("run", "-m", str(smollm2_q4), "-d", "none", "--draft-mode", "fixed", "--threads", "2", "--temp", "0", "-n", "300", "Why is the sky blue?")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    expected = json.loads(localspec(*args, "--json", env=env).stdout)["text"]
+    out = json.loads(localspec(*args, "--json", env=env).stdout)
+    expected, n, stop = out["text"], out["stats"]["n_generated"], out["stop_reason"]
+    # Builds of llama.cpp (its CPU kernels) differ in where this greedy reply ends: ~150 tokens or 300.
+    assert n >= 100, out
     screen = in_tmux(*args, width=width, env=env)
 
     def lines(text: str) -> str:
@@ -177,4 +180,4 @@ def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Pat
 
     assert lines(expected) in lines(screen)
     summary = screen.strip().splitlines()[-1]
-    assert re.fullmatch(r"300 tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: length", summary), summary
+    assert re.fullmatch(rf"{n} tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: {stop}", summary), summary

@@ -107,7 +107,8 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
-    """The ids of the n largest logits, largest first (ties in either order).
+    """The ids of the n largest logits, largest first, equal ones in id order (of several equal to
+    the n-th, any may be the one kept).
 
     The vocabulary is seen as GROUP rows of `cols` columns (column c: ids c, c + cols, ...). The n
     largest lie in the n columns with the largest maxima: a column holding one of them has a
@@ -126,6 +127,7 @@ def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
         cols = np.argpartition(best, width - n)[width - n :]
         cand = np.concatenate(((np.arange(GROUP)[:, None] * width + cols).ravel(), np.arange(GROUP * width, vocab)))
         cand = cand[np.argpartition(x[cand], len(cand) - n)[len(cand) - n :]]
+    cand = np.sort(cand)  # equal logits in id order, as a stable sort of the whole vocabulary gives them
     return cand[np.argsort(-x[cand], kind="stable")]
 
 
