@@ -16,5 +16,10 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": None}}
 
 
+def internal(exc: BaseException) -> ApiError:
+    """The answer to a failure no handler expected: its type only (the log has the message)."""
+    return ApiError(500, f"internal error: {type(exc).__name__}", kind="server_error")
+
+
 def bad(param: str, problem: str) -> ApiError:
     return ApiError(400, f"{param}: {problem}", param)

@@ -19,7 +19,7 @@ from starlette.routing import Route
 from localspec.config.settings import FIELDS, SettingError, Settings, repeatable
 from localspec.server.api_error import ApiError, bad
 from localspec.server.delivery import Choices, Delivery, error
-from localspec.server.internal_error import InternalErrors, log_line
+from localspec.server.internal_error import InternalErrors, log_error, log_line
 from localspec.server.logprobs import Gathered, Shaper
 from localspec.server.metrics import Metrics
 from localspec.server.protocol import ApiRequest, parse_request
@@ -58,7 +58,7 @@ class Server:
     def __init__(self, loaded: Loaded, config: ServeConfig) -> None:
         self.loaded, self.config = loaded, config
         self.metrics = Metrics()
-        self.scheduler = Scheduler(loaded, config.max_queue, on_error=_log_error)
+        self.scheduler = Scheduler(loaded, config.max_queue, on_error=log_error)
         self.delivery = Delivery(self.scheduler, self.metrics, config.max_queue)
 
     def app(self) -> Starlette:
@@ -176,7 +176,3 @@ class Server:
     async def _api_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return error(exc)
-
-
-def _log_error(exc: BaseException) -> None:
-    log_line(f"internal error: {type(exc).__name__}: {exc}")

@@ -19,7 +19,7 @@ from typing import Any
 from localspec.engine.events import DoneEvent, PromptEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig
 from localspec.errors import LocalspecError
-from localspec.server.api_error import ApiError
+from localspec.server.api_error import ApiError, internal
 from localspec.session.loader import Loaded
 
 
@@ -142,7 +142,7 @@ class Scheduler:
                 job.post(ApiError(400, str(e)))
             except Exception as e:  # noqa: BLE001 -- any failure of a generation is answered, and the server goes on
                 self._on_error(e)
-                job.post(ApiError(500, f"internal error: {type(e).__name__}", kind="server_error"))
+                job.post(internal(e))
             finally:
                 with self._cv:
                     job.done, self._current = True, None
