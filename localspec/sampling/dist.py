@@ -118,8 +118,8 @@ def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
     x = logits
     vocab = len(x)
     if n >= vocab:
-        cand = np.arange(vocab)
-    elif vocab < SMALL or n * GROUP * 4 > vocab:
+        return np.argsort(-x, kind="stable")
+    if vocab < SMALL or n * GROUP * 4 > vocab:
         cand = np.argpartition(x, vocab - n)[vocab - n :]
     else:
         width = vocab // GROUP
@@ -127,7 +127,7 @@ def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
         cols = np.argpartition(best, width - n)[width - n :]
         cand = np.concatenate(((np.arange(GROUP)[:, None] * width + cols).ravel(), np.arange(GROUP * width, vocab)))
         cand = cand[np.argpartition(x[cand], len(cand) - n)[len(cand) - n :]]
-    cand = np.sort(cand)  # equal logits in id order, as a stable sort of the whole vocabulary gives them
+    cand = np.sort(cand)  # equal logits in id order, as the stable sort of the whole vocabulary above
     return cand[np.argsort(-x[cand], kind="stable")]
 
 
