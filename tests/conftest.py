@@ -18,6 +18,8 @@ for _var in [v for v in os.environ if v.startswith("LOCALSPEC_") and v not in ("
     del os.environ[_var]
 # Nor does it read or write the user's cache (suffix drafting keeps earlier outputs there).
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="localspec-tests-cache-")
+# Nor its data directory (datastores of their files).
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="localspec-tests-data-")
 
 from tiny_models import TinySpec, write_tiny_llama  # noqa: E402
 

@@ -17,6 +17,7 @@ LAYERS = [
     ("bench", ("localspec.bench",)),  # modes, prompts, the tie rule, cost profiles: only bench and tests
     ("session", ("localspec.session",)),  # loading, conversations, prompts, settings to engine config
     ("registry", ("localspec.registry",)),  # aliases, the Hub, pulled files
+    ("datastore", ("localspec.datastore",)),  # the user's files, indexed for suffix drafting
     ("engine", ("localspec.engine",)),
     ("drafters", ("localspec.drafters",)),
     ("sampling", ("localspec.sampling",)),

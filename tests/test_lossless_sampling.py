@@ -13,14 +13,14 @@ FAMILY_ALPHA / (2 x len(MATRIX)), so the chance of any false alarm over the whol
 FAMILY_ALPHA (Bonferroni).
 
 The matrix crosses the drafting modes (fixed, auto under each simulated cost profile, argmax
-proposals, tree, prompt lookup, their chain, coupled verification) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
+proposals, tree, prompt lookup, their chain, coupled verification, a datastore) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
 with vocabularies of different sizes (either model padded): every pair of values of any two of
 these factors appears in some configuration."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,6 +33,8 @@ from tiny_models import TinySpec, vocabulary, write_tiny_llama
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
+from localspec.datastore import store
+from localspec.datastore.store import Datastore, Meta, SourceFile
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -70,8 +72,8 @@ AUTO_PROFILES = {"same": CPU_SHAPE, "target-padded": GpuProfile(ratio=40), "draf
 
 # argmax: the draft model proposing its top token (--draft-policy greedy). ngram has no draft model
 # to pad, so it gets two rows, whose combinations below are complementary.
-MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain", "suffix", "coupled")
-LOOKUPS = ("ngram", "suffix")  # no draft model to pad
+MODES = ("fixed", "auto", "argmax", "tree", "ngram", "chain", "suffix", "coupled", "datastore")
+LOOKUPS = ("ngram", "suffix", "datastore")  # no draft model to pad
 VOCABS = ("same", "target-padded", "draft-padded")
 # (draft-min/p-min, filtered), in an order that gives the audit's two findings a case each with
 # both models' vocabularies alike: fixed with --draft-min, and auto.
@@ -139,7 +141,7 @@ def models(pair: Pair):
         m.close()
 
 
-def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
+def _engine(case: Case, models: dict[str, Model], stores: Sequence[Datastore] = ()) -> SpeculativeEngine:
     target = models["padded_target" if case.vocab == "target-padded" else "target"]
     draft = models["padded_draft" if case.vocab == "draft-padded" else "draft"]
     model = lambda: DraftModelDrafter(draft, target.n_vocab)  # noqa: E731
@@ -153,9 +155,13 @@ def _engine(case: Case, models: dict[str, Model]) -> SpeculativeEngine:
         "ngram": NgramDrafter,
         # Earlier draws' outputs, counted: draft trees that branch where earlier draws went apart.
         "suffix": lambda: SuffixDrafter(SuffixCache(None, target.n_vocab, 1 << 16, print), BRANCHES),
+        "datastore": lambda: SuffixDrafter(None, BRANCHES, stores),
     }[case.mode]()
     clock = SimulatedClock(AUTO_PROFILES[case.vocab]) if case.mode == "auto" else None
     return SpeculativeEngine(target, drafter, case.mode, clock)
+
+
+GREEDY = 6
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +170,24 @@ def prompt(models) -> list[int]:
     the target would say, so its drafts are accepted now and then."""
     target = models["target"]
     start = target.tokenize(PROMPT)
-    greedy = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
+    greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
     return [*start, *done.tokens, *start[1:]]
+
+
+@pytest.fixture(scope="module")
+def stores(prompt) -> list[Datastore]:
+    """A datastore on disk (the suite's data directory) of two files: the prompt's opening followed
+    by the target's greedy tokens, and by those tokens reversed: its drafts are trees of two
+    continuations, equally frequent."""
+    k = next(k for k in range(GREEDY, -1, -1) if (len(prompt) + 1 - k) % 2 == 0 and prompt[1 : (len(prompt) + 1 - k) // 2] == prompt[(len(prompt) + 1 + k) // 2 :])
+    n = (len(prompt) + 1 - k) // 2
+    start, greedy = prompt[:n], prompt[n : n + k]
+    texts = [[*start, *greedy], [*start, *greedy[::-1]]]
+    files = [SourceFile(f"text{i}", 0, 0, "", (len(texts[0]) + 1) * i, len(t)) for i, t in enumerate(texts)]
+    meta = Meta("lossless", "-", 0, "-", [], [], [], files, sum(map(len, texts)))
+    store.write(meta, store.joined([np.array(t) for t in texts]))
+    return [Datastore(meta, store.open_index(store.read_meta("lossless")))]
 
 
 def _config(case: Case, seed: int) -> GenerationConfig:
@@ -289,8 +310,8 @@ def assert_drafts_were_both_accepted_and_rejected(steps: Counter, n: int) -> Non
 
 
 @pytest.mark.parametrize("case", MATRIX, ids=lambda c: c.id)
-def test_sampled_output_is_the_targets(case: Case, models, prompt, exact):
-    engine = _engine(case, models)
+def test_sampled_output_is_the_targets(case: Case, models, prompt, exact, stores):
+    engine = _engine(case, models, stores)
     counts, first_step = draws(engine, prompt, lambda seed: _config(case, seed), N_DRAWS)
     joint = exact(case)
     first: Counter = Counter()

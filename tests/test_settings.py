@@ -48,7 +48,7 @@ def test_every_field_says_when_it_may_change():
     assert set(PER_GENERATION) >= {"temp", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "draft_max", "draft_min",
                                    "draft_p_min", "draft_policy", "draft_mode", "draft_p_split", "lookup_min", "lookup_max"}
     load = {n for n, a in FIELDS.items() if a.phase == LOAD}
-    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots", "lookup_method", "suffix_cache", "suffix_cache_size", "rpc", "tensor_split", "chat_template"}
+    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore", "rpc", "tensor_split", "chat_template"}
     assert all(a.phase in (LOAD, GENERATION) for a in FIELDS.values())
     assert all(FIELDS[n].api for n in PER_GENERATION)  # a server can override each per-generation setting
 
@@ -78,7 +78,7 @@ def test_every_setting_is_an_option_of_every_command_that_takes_it():
     from localspec.cli.app import app
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    bench_sets = {"top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size"}
+    bench_sets = {"top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore"}
     for command in ("run", "chat", "serve", "bench"):
         opts = {name: set(p.opts) | set(p.secondary_opts) for p in commands[command].params for name in [p.name]}
         for name, about in FIELDS.items():

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import SuffixDrafter, match_kind
+from localspec.drafters.suffix import STORE_MIN_MATCH, SuffixDrafter, match_kind
 from localspec.drafters.suffix_cache import (
     SuffixCache,
     cache_file,
@@ -75,7 +75,7 @@ def test_suffix_finds_at_least_what_ngram_finds(context, n_max):
     ngram.begin([], DraftSettings(lookup_min=2, lookup_max=n_max))
     n, pos = ngram.match(context)
     d = drafter()
-    m, trie, node = d.match(context)
+    m, trie, node, _origin = d.match(context)
     assert m >= n
     if n and m == n:
         # ngram's continuation (the most recent occurrence's) is among those suffix counted.
@@ -121,6 +121,20 @@ def test_drafter_prefers_a_longer_match_in_earlier_outputs():
     draft = d.propose(context, FixedBudget(4), GREEDY, RNG)
     assert draft.tokens == [13, 14, 15, 16] and draft.parents is None
     assert draft.key.kind == match_kind(3) and draft.source == "suffix"
+
+
+def test_a_datastore_drafts_its_matches_of_four_tokens_or_more_credited_to_it():
+    store = SuffixIndex([[20, 21, 22, 23, 24, 25, 26], [30, 31, 32, 33, 34]])
+    d = SuffixDrafter(None, 1, [store])
+    d.begin([], DraftSettings(lookup_min=2))
+    assert STORE_MIN_MATCH == 4
+    short = d.propose([5, 31, 32, 33], FixedBudget(4), GREEDY, RNG)  # "31 32 33": three tokens
+    assert short.tokens == [] and short.origin == ""
+    draft = d.propose([5, 20, 21, 22, 23], FixedBudget(3), GREEDY, RNG)
+    assert draft.tokens == [24, 25, 26] and draft.origin == "datastore"
+    assert draft.key.kind == match_kind(4, "datastore") == "datastore-4" and draft.source == "suffix"
+    d.end([5, 20, 21, 22, 23, 24])
+    assert len(store.texts) == 2  # a datastore records nothing: SuffixIndex here stands in for one
 
 
 def test_drafter_chain_follows_the_most_frequent_continuation():

@@ -22,12 +22,12 @@ from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.sampling.dist import distribution
 from localspec.sampling.draws import Coupling
-from localspec.session.loader import make_drafter
+from localspec.session.drafting import make_drafter
 from localspec.session.prompt import prompt_tokens
 from localspec.text_input import read_file
 
 BASELINE = "baseline"
-# name -> (drafter kind for loader.make_drafter, draft mode, what it is)
+# name -> (drafter kind for drafting.make_drafter, draft mode, what it is)
 MODES = {
     "baseline": ("none", "fixed", "the target alone"),
     "draft": ("draft-model", "fixed", "draft model, fixed length (--draft-max every step, as llama.cpp)"),

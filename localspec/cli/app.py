@@ -19,6 +19,7 @@ from localspec.cli.bench import bench
 from localspec.cli.cache import cache
 from localspec.cli.chat import chat
 from localspec.cli.config import config
+from localspec.cli.index import index
 from localspec.cli.pull import models, pull, rm
 from localspec.cli.rpc_server import rpc_server
 from localspec.cli.run import run
@@ -80,6 +81,7 @@ def _quiet_when_the_reader_leaves(command: Callable) -> Callable:
 for command, name in ((run, None), (chat, None), (bench, None), (serve, None), (pull, None), (models, None), (rm, None), (config, None), (rpc_server, "rpc-server")):
     app.command(name=name)(_quiet_when_the_reader_leaves(command))
 app.add_typer(cache, name="cache")
+app.add_typer(index, name="index")
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ BENCH_MAX_TOKENS = 128
 
 
 # Bench's modes set drafting and lookup; it measures at its own temperature and seed, unfiltered.
-@takes_settings(exclude=("top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size"))
+@takes_settings(exclude=("top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore"))
 def bench(
     model: ModelOpt = None,
     draft: DraftOpt = None,

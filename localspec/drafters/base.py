@@ -94,6 +94,9 @@ class Draft:
     # after a full acceptance): a two-token pass costs more than the one-token passes after it
     # (1.65x on the demo pair's CPU), so the two are priced apart.
     first_pass_s: float = 0.0
+    # What the proposal was found in, for a drafter that looks in several places (suffix
+    # drafting: "datastore" when a datastore gave it); counted apart in the stats' origins.
+    origin: str = ""
 
     @property
     def source(self) -> str:

@@ -19,33 +19,41 @@ import numpy as np
 
 from localspec.backend.grammar import Grammar
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings
-from localspec.drafters.suffix_index import SuffixIndex
+from localspec.drafters.suffix_index import TokenIndex
 from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree, Trie
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.draws import Coupling
 
+# A datastore holds far more text than a request: its matches of 2-3 tokens are everywhere, and
+# what followed them a guess. Drafting them cost unrelated prompts 4% (auto stopped suffix drafting
+# altogether after their rejections); from 4 tokens on they draft as this request's matches do.
+STORE_MIN_MATCH = 4
+
 
 class Memory(Protocol):
-    """Earlier outputs (suffix_cache.py keeps them on disk)."""
+    """Earlier outputs (suffix_cache.py keeps them on disk), or a datastore of the user's files
+    (datastore/store.py), which records nothing."""
 
-    def index(self) -> SuffixIndex | None:
+    def index(self) -> TokenIndex | None:
         """What is indexed, or None while it is not there yet."""
 
     def record(self, text: Sequence[int]) -> None: ...
 
 
-def match_kind(m: int) -> str:
-    """The kind a match of m tokens is learned as: 2, 3, then 4-7, 8-15 and 16 alike."""
+def match_kind(m: int, origin: str = "") -> str:
+    """The kind a match of m tokens is learned as: 2, 3, then 4-7, 8-15 and 16 alike; a
+    datastore's apart (the user's files continue otherwise than the model's own outputs)."""
     bucket = m if m < 4 else 4 if m < 8 else 8 if m < MATCH_MAX else MATCH_MAX
-    return f"suffix-{bucket}"
+    return f"{origin or 'suffix'}-{bucket}"
 
 
 class SuffixDrafter:
     name = "suffix"
     key = DraftKey("suffix", lookup=True)
 
-    def __init__(self, memory: Memory | None = None, branches: int = 1) -> None:
+    def __init__(self, memory: Memory | None = None, branches: int = 1, stores: Sequence[Memory] = ()) -> None:
         self.memory = memory
+        self.stores = tuple(stores)  # datastores: looked up after the memory, credited as "datastore"
         self.branches = branches  # fixed at load: the target verifies each branch in a sequence of its own
         self.begin((), DraftSettings())
 
@@ -55,27 +63,33 @@ class SuffixDrafter:
         self.tree.extend(context)
         self.prompt_len = len(context)
 
-    def match(self, context: Sequence[int]) -> tuple[int, Trie, int]:
-        """(m, trie, node): the longest match of the context's tail, here or in earlier outputs
-        (this request's on a tie), and the node its continuations hang from; m = 0 when none."""
+    def match(self, context: Sequence[int]) -> tuple[int, Trie, int, str]:
+        """(m, trie, node, origin): the longest match of the context's tail, here, in earlier
+        outputs or in a datastore (the first of these on a tie), the node its continuations hang
+        from, and "datastore" when one gave it; m = 0 when none."""
         self.tree.sync(context)
         m, node = self.tree.match(self.settings.lookup_min)
-        index = self.memory.index() if self.memory is not None else None
-        if index is not None and len(context) > m:
-            m_far, trie = index.match(context, max(self.settings.lookup_min, m + 1), DEPTH)
+        best: tuple[int, Trie, int, str] = (m, self.tree.trie, node, "")
+        sources = [(self.memory, "")] if self.memory is not None else []
+        for memory, origin in sources + [(store, "datastore") for store in self.stores]:
+            index = memory.index()
+            if index is None or len(context) <= best[0]:
+                continue
+            shortest = max(self.settings.lookup_min, best[0] + 1, STORE_MIN_MATCH if origin else 0)
+            m_far, trie = index.match(context, shortest, DEPTH)
             if trie is not None:
-                return m_far, trie, 0
-        return m, self.tree.trie, node
+                best = (m_far, trie, 0, origin)
+        return best
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
-        m, trie, node = self.match(context)
+        m, trie, node, origin = self.match(context)
         if not m:
             return Draft(key=self.key)
-        key = self.key.of_kind(match_kind(m))
+        key = self.key.of_kind(match_kind(m, origin))
         limit = budget.limit(key, calibrated=True)
-        draft = Draft(key=key, parents=[], confidences=[])
+        draft = Draft(key=key, parents=[], confidences=[], origin=origin)
         # Candidates, surest first: (-path_p, order, trie node, token, parent in the draft, frequency).
         heap: list[tuple[float, int, int, int, int, float]] = []
         order = 0

@@ -18,11 +18,12 @@ from localspec.drafters.suffix_tree import MATCH_MAX, Trie
 
 ANCHORS = (2, 4, 8, 16)
 CANDIDATES = 32  # most recent occurrences of an anchor that are measured and counted
-_P = np.uint64(0x9E3779B97F4A7C15)
+_PRIME, _MASK = 0x9E3779B97F4A7C15, (1 << 64) - 1
+_P = np.uint64(_PRIME)
 SEPARATOR = -1
 
 
-def _hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def ngram_hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(hash, position) of every n-gram of `tokens` that lies within one text and is followed by a
     token of it; the position is that following token's."""
     size = len(tokens)
@@ -35,6 +36,25 @@ def _hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         valid &= window >= 0
         h = h * _P + window.astype(np.uint64)
     return h[valid], np.arange(n, size)[valid]
+
+
+def tail_hash(tokens: Sequence[int]) -> int:
+    """ngram_hashes' hash of these tokens, in Python ints: a few microseconds for a context's tail,
+    where a numpy pass per token costs tens."""
+    h = 0
+    for t in tokens:
+        h = (h * _PRIME + t) & _MASK
+    return h
+
+
+def sorted_keys(tokens: np.ndarray, n: int, key_type: type = np.uint64, pos_type: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """The n-gram hashes of `tokens` as `key_type` (a narrower type keeps the low bits: a collision
+    costs a measured non-match, never a wrong draft), sorted, with their positions; equal hashes
+    stay in text order (oldest first)."""
+    h, p = ngram_hashes(tokens, n)
+    h = h.astype(key_type, copy=False)
+    order = np.argsort(h, kind="stable")
+    return h[order], p[order].astype(pos_type, copy=False)
 
 
 def newest_within(texts: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
@@ -52,7 +72,64 @@ def newest_within(texts: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
     return kept[::-1]
 
 
-class SuffixIndex:
+class TokenIndex:
+    """Texts in one token array (separated by SEPARATOR) and, per anchor length, the sorted hashes
+    of their n-grams with the positions that followed: what a lookup searches. The arrays may be
+    memory-mapped from disk (drafters/datastore.py)."""
+
+    def __init__(self, tokens: np.ndarray, keys: dict[int, np.ndarray], pos: dict[int, np.ndarray]) -> None:
+        self.tokens, self.keys, self.pos = tokens, keys, pos
+
+    @staticmethod
+    def of(tokens: np.ndarray, key_type: type = np.uint64, pos_type: type = np.int64) -> TokenIndex:
+        keys, pos = {}, {}
+        for n in ANCHORS:
+            keys[n], pos[n] = sorted_keys(tokens, n, key_type, pos_type)
+        return TokenIndex(tokens, keys, pos)
+
+    def match(self, context: Sequence[int], min_len: int, depth: int) -> tuple[int, Trie | None]:
+        """(m, trie): the longest m >= min_len such that the context's last m tokens occurred in an
+        indexed text, and the counted continuations (up to `depth` tokens) of the most recent of
+        those occurrences; (0, None) when none. Vectorised over the occurrences: a lookup in a
+        datastore of a million tokens stays well under a millisecond."""
+        tail = np.asarray(context[-MATCH_MAX:], np.int64)
+        back = tail[::-1]
+        tokens = self.tokens
+        for n in reversed(ANCHORS):
+            keys = self.keys[n]
+            if n > len(tail) or keys.size == 0:
+                continue
+            h = keys.dtype.type(tail_hash(tail[-n:].tolist()) & int(np.iinfo(keys.dtype).max))
+            lo, hi = np.searchsorted(keys, h, "left"), np.searchsorted(keys, h, "right")
+            if lo == hi:
+                if n <= min_len:
+                    break  # no n-gram occurred, so no longer match did, and shorter ones are too short
+                continue
+            starts = np.asarray(self.pos[n][max(lo, hi - CANDIDATES) : hi], np.int64)
+            at = starts[:, None] - np.arange(1, len(tail) + 1)
+            same = (at >= 0) & (tokens[np.maximum(at, 0)] == back)
+            lengths = np.where(same.all(1), len(tail), same.argmin(1))
+            m = int(lengths.max())
+            if m < max(n, min_len):
+                continue  # a hash collision, not a match
+            return m, self._continuations(starts[lengths == m], depth)
+        return 0, None
+
+    def _continuations(self, starts: np.ndarray, depth: int) -> Trie:
+        """What followed each of `starts`, up to `depth` tokens or its text's end, counted; equal
+        runs added once with their count, in the order they first occur (a dict keeps it)."""
+        last = len(self.tokens) - 1  # always a SEPARATOR: a run cut there ends
+        runs = self.tokens[np.minimum(starts[:, None] + np.arange(depth), last)].tolist()
+        counted: dict[tuple[int, ...], int] = {}
+        for run in map(tuple, runs):
+            counted[run] = counted.get(run, 0) + 1
+        trie = Trie()
+        for run, times in counted.items():
+            trie.add_path(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, times)
+        return trie
+
+
+class SuffixIndex(TokenIndex):
     """Also a drafter's memory (drafters/suffix.py) that is always loaded: bench and the tests
     hand one to SuffixDrafter as it is."""
 
@@ -73,13 +150,8 @@ class SuffixIndex:
 
     def _rebuild(self) -> None:
         parts = [p for t in self.texts for p in (t, np.array([SEPARATOR], np.int32))]
-        self.tokens = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        self.keys: dict[int, np.ndarray] = {}
-        self.pos: dict[int, np.ndarray] = {}
-        for n in ANCHORS:
-            h, p = _hashes(self.tokens, n)
-            order = np.argsort(h, kind="stable")  # equal hashes stay oldest first
-            self.keys[n], self.pos[n] = h[order], p[order]
+        built = TokenIndex.of(np.concatenate(parts) if parts else np.zeros(0, np.int32))
+        self.tokens, self.keys, self.pos = built.tokens, built.keys, built.pos
 
     def add(self, text: Sequence[int]) -> None:
         """Index one more text (evicting the oldest past the size)."""
@@ -95,43 +167,8 @@ class SuffixIndex:
         ended = np.append(text, SEPARATOR).astype(np.int32)
         self.tokens = np.concatenate([self.tokens, ended])
         for n in ANCHORS:
-            h, p = _hashes(ended, n)
-            order = np.argsort(h, kind="stable")
-            h, p = h[order], p[order] + offset
+            h, p = sorted_keys(ended, n)
+            p = p + offset
             at = np.searchsorted(self.keys[n], h, side="right")  # after equal, older ones
             self.keys[n] = np.insert(self.keys[n], at, h)
             self.pos[n] = np.insert(self.pos[n], at, p)
-
-    def match(self, context: Sequence[int], min_len: int, depth: int) -> tuple[int, Trie | None]:
-        """(m, trie): the longest m >= min_len such that the context's last m tokens occurred in an
-        earlier text, and the counted continuations (up to `depth` tokens) of the most recent of
-        those occurrences; (0, None) when none."""
-        tail = np.asarray(context[-MATCH_MAX:], np.int32)
-        tokens = self.tokens
-        for n in reversed(ANCHORS):
-            if n > len(tail) or self.keys[n].size == 0:
-                continue
-            h, _ = _hashes(np.append(tail[-n:], 0).astype(np.int32), n)
-            lo, hi = np.searchsorted(self.keys[n], h[0], "left"), np.searchsorted(self.keys[n], h[0], "right")
-            if lo == hi:
-                continue
-            starts = self.pos[n][lo:hi][-CANDIDATES:]
-            lengths = np.zeros(len(starts), np.int64)
-            alive = np.ones(len(starts), bool)
-            for j in range(1, len(tail) + 1):
-                at = starts - j
-                alive &= at >= 0
-                alive[alive] = tokens[at[alive]] == tail[-j]
-                if not alive.any():
-                    break
-                lengths[alive] = j
-            m = int(lengths.max())
-            if m < max(n, min_len):
-                continue  # a hash collision, not a match
-            trie = Trie()
-            for s in starts[lengths == m]:
-                run = tokens[s : s + depth]
-                end = np.flatnonzero(run < 0)
-                trie.add_path((run[: end[0]] if end.size else run).tolist())
-            return m, trie
-        return 0, None

@@ -37,10 +37,11 @@ class Trie:
         self.count[child] += 1
         return child
 
-    def add_path(self, tokens: Iterable[int]) -> None:
+    def add_path(self, tokens: Iterable[int], times: int = 1) -> None:
         node = 0
         for t in tokens:
             node = self.step(node, t)
+            self.count[node] += times - 1
 
     def children(self, node: int) -> list[tuple[int, int, float]]:
         """(token, child, frequency) of what followed `node`, most frequent first; the frequency is

@@ -70,6 +70,7 @@ class GenerationStats:
     elapsed_s: float = 0.0
     load_s: float = 0.0
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
+    origins: dict[str, DrafterStats] = field(default_factory=dict)  # Draft.origin's, where given
     # The costs decisions rested on at the end (ms: a one-token target pass, one as wide as the
     # mean draft plus one, a draft call with its first pass and each later pass), and why auto
     # stopped a drafter, if it did.
@@ -117,10 +118,13 @@ class GenerationStats:
     def mean_tokens_per_step(self) -> float:
         return self.n_generated / self.n_steps if self.n_steps else 0.0
 
-    def record(self, source: str, drafted: int, accepted: int) -> None:
-        entry = self.drafters.setdefault(source, DrafterStats())
-        entry.drafted += drafted
-        entry.accepted += accepted
+    def record(self, source: str, drafted: int, accepted: int, origin: str = "") -> None:
+        entries = [self.drafters.setdefault(source, DrafterStats())]
+        if origin:
+            entries.append(self.origins.setdefault(origin, DrafterStats()))
+        for entry in entries:
+            entry.drafted += drafted
+            entry.accepted += accepted
         self.n_drafted += drafted
         self.n_accepted += accepted
 
@@ -151,6 +155,7 @@ class GenerationStats:
             "threads_default": self.threads_default,
             "notes": self.notes,
             "drafters": {k: asdict(v) for k, v in self.drafters.items()},
+            "origins": {k: asdict(v) for k, v in self.origins.items()},
         }
 
 

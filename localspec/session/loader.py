@@ -18,31 +18,17 @@ from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.vocab import (
-    check_special_tokens,
-    check_token_texts,
-    vocab_digest,
-)
+from localspec.backend.vocab import check_special_tokens, check_token_texts
 from localspec.backend.weights import OutOfMemory
 from localspec.config import defaults
-from localspec.config.settings import Settings, proportions
-from localspec.drafters.base import Drafter
-from localspec.drafters.chain import ChainDrafter
-from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.drafters.ngram import NgramDrafter
-from localspec.drafters.suffix import Memory, SuffixDrafter
-from localspec.drafters.suffix_cache import (
-    LOAD_WAIT_S,
-    SuffixCache,
-    cache_dir,
-    cache_file,
-)
-from localspec.drafters.tree import TreeDrafter
+from localspec.config.checks import proportions
+from localspec.config.settings import Settings
+from localspec.drafters.suffix_cache import cache_dir
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
-
-DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
+from localspec.session.datastores import datastore_metas
+from localspec.session.drafting import session_drafter
 
 
 @dataclass(frozen=True)
@@ -165,7 +151,7 @@ def load_models(
         flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
         raise LocalspecError(f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', then the local GPUs')")
     # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
-    trees = files.draft is not None or settings.lookup_method == "suffix"
+    trees = files.draft is not None or settings.lookup_via == "suffix"
     n_seq_max = settings.draft_branches if trees else 1
     slots = settings.slots if serving else 0
     threads = settings.threads or cores
@@ -218,52 +204,6 @@ def load_models(
     return target, draft
 
 
-def default_drafter(has_draft: bool, settings: Settings) -> str:
-    """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model
-    (a tree with --draft-branches > 1), chained after prompt lookup when --lookup asks for it."""
-    lookup = settings.lookup if settings.lookup is not None else not has_draft
-    if has_draft:
-        return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model"
-    return settings.lookup_method if lookup else "none"
-
-
-def make_drafter(
-    kind: str, target: Model, draft: Model | None, settings: Settings, memory: Memory | None = None
-) -> Drafter | None:
-    """A drafter of kind `kind` (one of DRAFTERS) over the loaded models; suffix drafting also
-    continues from `memory` (earlier outputs)."""
-    if kind == "none":
-        return None
-    if kind == "ngram":
-        return NgramDrafter()
-    if kind == "suffix":
-        return SuffixDrafter(memory, settings.draft_branches)
-    if draft is None:
-        raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
-    if kind == "tree" or (kind == "chain" and settings.draft_branches > 1):
-        if settings.draft_branches < 2:
-            raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
-        model: Drafter = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
-    else:
-        model = DraftModelDrafter(draft, target.n_vocab)
-    if kind != "chain":
-        return model
-    lookup = make_drafter(settings.lookup_method, target, None, settings, memory)
-    assert lookup is not None
-    return ChainDrafter([lookup, model])
-
-
-def suffix_memory(target: Model, settings: Settings, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache | None:
-    """The suffix cache of the target's vocabulary (`scope`: a server's API key), or None when
-    --no-suffix-cache or suffix drafting is not in use. Waits for it at most LOAD_WAIT_S."""
-    if not settings.suffix_cache or settings.lookup_method != "suffix":
-        return None
-    path = cache_file(vocab_digest(check_gguf(target.path)), scope)
-    memory = SuffixCache(path, target.n_vocab, settings.suffix_cache_size, notify)
-    memory.wait(LOAD_WAIT_S)
-    return memory
-
-
 def thread_governor(target: Model, draft: Model | None, settings: Settings) -> ThreadGovernor | None:
     """Thread counts the user left to localspec follow the machine's load (engine/threads.py)."""
     if settings.threads is not None or target.threads < 2:
@@ -290,9 +230,15 @@ def load(
     suffix_memory)."""
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
+    metas = datastore_metas(settings.datastore)
     target, draft = load_models(files, settings, cancel, verbose, serving, notify)
-    memory = suffix_memory(target, settings, notify, scope)
-    drafter = make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory)
+    try:
+        drafter = session_drafter(target, draft, settings, metas, notify, scope)
+    except BaseException:
+        target.close()
+        if draft is not None:
+            draft.close()
+        raise
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     engine.governor = thread_governor(target, draft, settings)
     return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)

@@ -1,0 +1,80 @@
+"""Which drafter a session drafts with, made over its loaded models, its suffix cache and its
+datastores."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from localspec.backend.gguf_file import check_gguf
+from localspec.backend.model import Model
+from localspec.backend.vocab import vocab_digest
+from localspec.config.settings import Settings
+from localspec.datastore.store import Meta
+from localspec.drafters.base import Drafter
+from localspec.drafters.chain import ChainDrafter
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.suffix import Memory, SuffixDrafter
+from localspec.drafters.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
+from localspec.drafters.tree import TreeDrafter
+from localspec.errors import LocalspecError
+from localspec.session.datastores import open_datastores
+
+DRAFTERS = ("none", "ngram", "suffix", "draft-model", "tree", "chain")
+
+
+def default_drafter(has_draft: bool, settings: Settings) -> str:
+    """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model
+    (a tree with --draft-branches > 1), chained after prompt lookup when --lookup or --datastore
+    asks for it."""
+    lookup = settings.lookup if settings.lookup is not None else not has_draft or bool(settings.datastore)
+    if has_draft:
+        return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model"
+    return settings.lookup_via if lookup else "none"
+
+
+def make_drafter(
+    kind: str, target: Model, draft: Model | None, settings: Settings, memory: Memory | None = None, stores: Sequence[Memory] = ()
+) -> Drafter | None:
+    """A drafter of kind `kind` (one of DRAFTERS) over the loaded models; suffix drafting also
+    continues from `memory` (earlier outputs) and `stores` (datastores)."""
+    if kind == "none":
+        return None
+    if kind == "ngram":
+        return NgramDrafter()
+    if kind == "suffix":
+        return SuffixDrafter(memory, settings.draft_branches, stores)
+    if draft is None:
+        raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
+    if kind == "tree" or (kind == "chain" and settings.draft_branches > 1):
+        if settings.draft_branches < 2:
+            raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
+        model: Drafter = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
+    else:
+        model = DraftModelDrafter(draft, target.n_vocab)
+    if kind != "chain":
+        return model
+    lookup = make_drafter(settings.lookup_via, target, None, settings, memory, stores)
+    assert lookup is not None
+    return ChainDrafter([lookup, model])
+
+
+def suffix_memory(target: Model, settings: Settings, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache | None:
+    """The suffix cache of the target's vocabulary (`scope`: a server's API key), or None when
+    --no-suffix-cache or suffix drafting is not in use. Waits for it at most LOAD_WAIT_S."""
+    if not settings.suffix_cache or settings.lookup_via != "suffix":
+        return None
+    path = cache_file(vocab_digest(check_gguf(target.path)), scope)
+    memory = SuffixCache(path, target.n_vocab, settings.suffix_cache_size, notify)
+    memory.wait(LOAD_WAIT_S)
+    return memory
+
+
+def session_drafter(
+    target: Model, draft: Model | None, settings: Settings, metas: Sequence[Meta], notify: Callable[[str], None], scope: str | None = None
+) -> Drafter | None:
+    """The drafter `run`, `chat` and `serve` draft with (`metas`: the datastores, read before
+    loading; `notify` hears of a damaged suffix cache or datastore)."""
+    stores = open_datastores(metas, target, vocab_digest(check_gguf(target.path)), notify) if metas else []
+    memory = suffix_memory(target, settings, notify, scope)
+    return make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory, stores)
