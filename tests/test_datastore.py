@@ -153,8 +153,11 @@ def test_a_damaged_datastore_is_rebuilt_and_bad_ones_are_one_line(data_home: Pat
 
     (store.folder("code") / "meta.json").write_text("{not json")
     assert_one_line_error(localspec(*args, "--datastore", "code", env=env_of(data_home)), "damaged (meta.json is unreadable", alone=False)
+    (store.root() / "half").mkdir()  # a folder of the datastores' without its meta.json
     listed = {d["name"]: d for d in json.loads(index("list", "--json", home=data_home).stdout)}
     assert listed["code"]["damaged"].startswith("meta.json is unreadable") and listed["tiny"]["files"] == 5
+    assert listed["half"]["damaged"] == "meta.json is missing"
+    assert index("list", home=data_home).returncode == 0
 
 
 def test_a_write_that_fails_leaves_the_datastore_before_it_whole(data_home: Path, smollm2_q4: Path, monkeypatch: pytest.MonkeyPatch):
@@ -192,3 +195,14 @@ def test_serve_drafts_every_request_from_its_datastore(data_home: Path, smollm2_
             assert body["timings"]["draft_n_accepted"] >= 0.5 * body["usage"]["completion_tokens"], body["timings"]
     finally:
         assert served.stop() == 0
+
+
+def test_beside_a_draft_model_the_datastore_is_chained_before_it(data_home: Path, tiny):
+    src = make_folder(data_home / "src")
+    assert index("build", "tiny", str(src), "-m", str(tiny.target), home=data_home).returncode == 0
+    prompt = (src / "pkg" / "ngram.py").read_text()[:400]
+    alone = run(data_home, tiny.target, prompt, "-d", "none", "--no-lookup")
+    chained = run(data_home, tiny.target, prompt, "-d", str(tiny.close), "--datastore", "tiny", "--draft-mode", "fixed")
+    assert chained["stats"]["drafter"] == "chain" and chained["stats"]["n_drafted"] > 0
+    with Model(tiny.target, model_options()) as target:
+        assert_greedy_equivalent(target, target.tokenize(prompt), alone["tokens"], chained["tokens"])

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from localspec.cli.options import ModelOpt, user_errors
+from localspec.cli.options import user_errors
 from localspec.errors import LocalspecError
 
 index = typer.Typer(
@@ -17,6 +17,7 @@ index = typer.Typer(
 )
 
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The datastore's name (letters, digits, '.', '_', '-').")]
+TokenizerOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="The GGUF (or pulled alias) whose tokenizer indexes the files (default: the demo model's); models of the same vocabulary draft from it.")]
 
 
 def _tokenizer(model: str | None):
@@ -68,8 +69,8 @@ def _said(report, verb: str) -> None:
 @index.command("build")
 def build_(
     name: NameArg,
-    paths: Annotated[list[Path], typer.Argument(metavar="PATH...", help="Files and folders to index (folders are walked; hidden files and folders are not).")],
-    model: ModelOpt = None,
+    paths: Annotated[list[Path], typer.Argument(metavar="PATH", help="Files and folders to index (folders are walked; hidden files and folders are not).")],
+    model: TokenizerOpt = None,
     glob: Annotated[list[str] | None, typer.Option("--glob", metavar="PATTERN", help="Take only files matching this pattern, by path under the folder or by name (repeatable; e.g. '*.py').")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="PATTERN", help="Leave out files matching this pattern (repeatable; e.g. 'tests/*').")] = None,
 ) -> None:

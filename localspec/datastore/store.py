@@ -101,6 +101,8 @@ def read_meta(name: str) -> Meta:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        if path.parent.is_dir():
+            raise Damaged("meta.json is missing") from None
         raise LocalspecError(f"no datastore named {name!r} (`localspec index list` shows them; `localspec index build {name} PATH...` makes it)") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise Damaged(f"meta.json is unreadable ({getattr(e, 'strerror', None) or e})") from None
