@@ -118,16 +118,17 @@ def main() -> None:
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="localspec-bench-data-")
     rng = np.random.default_rng(0)
 
-    with Tokenizer(a.target) as tok:
+    with Tokenizer.load(a.target) as tok:
         report = build.build(build.new_meta("code", tok, [a.folder], ["*.py"], ()), tok)
     meta = report.meta
     print(f"datastore of {a.folder}: {meta.n_tokens:,} tokens from {len(meta.files)} files, built in {report.seconds:.2f} s, "
           f"{store.disk_size('code') / 1e6:.1f} MB", flush=True)
-    latency = lookup_latency(np.asarray(store.open_index(meta).tokens[store.open_index(meta).tokens >= 0]), 1_000_000, rng)
+    code = Datastore(meta, store.open_index(meta))
+    tokens = np.asarray(code.index().tokens)
+    latency = lookup_latency(tokens[tokens >= 0], 1_000_000, rng)
     print(f"1M-token datastore: built in {latency['build_s']:.2f} s, {latency['bytes'] / 1e6:.1f} MB, opened in {latency['open_s'] * 1e3:.1f} ms; "
           f"lookup median {latency['hit_median_ms']:.3f} ms (p99 {latency['hit_p99_ms']:.3f}) on a hit, "
           f"{latency['miss_median_ms']:.3f} ms (p99 {latency['miss_p99_ms']:.3f}) on a miss", flush=True)
-    code = Datastore(meta, store.open_index(meta))
 
     threads = physical_cores()
     target = Model(a.target, ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads))

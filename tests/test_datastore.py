@@ -74,7 +74,7 @@ def test_build_list_lookup_update_and_remove(data_home: Path, smollm2_q4: Path):
     assert sorted(Path(f.path).name for f in meta.files) == ["ngram.py", "notes.md", "suffix.py", "suffix_index.py"]
 
     # A stretch of a file finds the file: its longest match and what followed it there.
-    with Tokenizer(smollm2_q4) as tok:
+    with Tokenizer.load(smollm2_q4) as tok:
         ids = tok.tokenize((src / "pkg" / "suffix_index.py").read_text())
         m, trie = store.open_index(meta).match(ids[100:140].tolist(), 2, 8)
         assert m == MATCH_MAX and trie is not None
@@ -162,7 +162,7 @@ def test_a_damaged_datastore_is_rebuilt_and_bad_ones_are_one_line(data_home: Pat
 
 def test_a_write_that_fails_leaves_the_datastore_before_it_whole(data_home: Path, smollm2_q4: Path, monkeypatch: pytest.MonkeyPatch):
     src = make_folder(data_home / "src")
-    with Tokenizer(smollm2_q4) as tok:
+    with Tokenizer.load(smollm2_q4) as tok:
         build.build(build.new_meta("code", tok, [src], (), ()), tok)
         before = store.read_meta("code")
         (src / "notes.md").write_text("more notes " * 100)

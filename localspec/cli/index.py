@@ -25,7 +25,7 @@ def _tokenizer(model: str | None):
     from localspec.session.loader import resolve
 
     files, _ = resolve(model, "none", lambda m: typer.echo(m, err=True))
-    return Tokenizer(files.model)
+    return Tokenizer.load(files.model)
 
 
 def _build(meta, tokenizer, previous=None):
@@ -98,10 +98,7 @@ def update(
     from localspec.datastore import build, store
 
     with user_errors():
-        try:
-            previous = store.read_meta(name)
-        except store.Damaged as e:
-            raise LocalspecError(f"the datastore {name!r} is damaged ({e}): `localspec index rm {name}` and build it again") from None
+        previous = store.usable_meta(name)
         with _tokenizer(model or previous.model) as tokenizer:
             report = _build(build.again(previous, tokenizer), tokenizer, previous)
     _said(report, "updated")

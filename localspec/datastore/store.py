@@ -111,6 +111,14 @@ def read_meta(name: str) -> Meta:
     return Meta.from_json(data)
 
 
+def usable_meta(name: str) -> Meta:
+    """read_meta, with a damaged meta.json said in one line as what to do about it."""
+    try:
+        return read_meta(name)
+    except Damaged as e:
+        raise LocalspecError(f"the datastore {name!r} is damaged ({e}): `localspec index rm {name}` and build it again") from None
+
+
 def _array(base: Path, file: str, dtype: type) -> np.ndarray:
     try:
         array = np.load(base / file, mmap_mode="r", allow_pickle=False)

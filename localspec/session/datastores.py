@@ -5,37 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import numpy as np
-
 from localspec.backend.model import Model
-from localspec.backend.vocab import tokenize_array
+from localspec.backend.tokenizer import Tokenizer
 from localspec.datastore import build, store
 from localspec.datastore.store import Datastore
 from localspec.errors import LocalspecError
 
 
-class TargetTokenizer:
-    """The loaded target as a datastore's tokenizer (a damaged datastore is rebuilt with it)."""
-
-    def __init__(self, target: Model, digest: str) -> None:
-        self.target, self.digest = target, digest
-        self.path: Path = target.path
-        self.n_vocab = target.n_vocab
-
-    def tokenize(self, text: str) -> np.ndarray:
-        return tokenize_array(self.target.vocab, text)
-
-
 def datastore_metas(names: Sequence[str]) -> list[store.Meta]:
     """What the datastores `names` hold, read before any model loads (so that a wrong name is said
     at once)."""
-    metas = []
-    for name in dict.fromkeys(names):
-        try:
-            metas.append(store.read_meta(name))
-        except store.Damaged as e:
-            raise LocalspecError(f"the datastore {name!r} is damaged ({e}): `localspec index rm {name}` and build it again") from None
-    return metas
+    return [store.usable_meta(name) for name in dict.fromkeys(names)]
 
 
 def open_datastores(metas: Sequence[store.Meta], target: Model, digest: str, notify: Callable[[str], None]) -> list[Datastore]:
@@ -52,7 +32,7 @@ def open_datastores(metas: Sequence[store.Meta], target: Model, digest: str, not
             opened.append(Datastore(meta, store.open_index(meta)))
         except store.Damaged as e:
             notify(f"the datastore {meta.name!r} is damaged ({e}): rebuilding it from its files")
-            tokenizer = TargetTokenizer(target, digest)
+            tokenizer = Tokenizer.of(target, digest)
             report = build.build(build.again(meta, tokenizer), tokenizer)
             notify(f"the datastore {meta.name!r} is rebuilt: {report.meta.n_tokens:,} tokens from {len(report.meta.files)} files in {report.seconds:.1f} s")
             opened.append(Datastore(report.meta, store.open_index(report.meta)))

@@ -59,13 +59,10 @@ def make_drafter(
     return ChainDrafter([lookup, model])
 
 
-def suffix_memory(target: Model, settings: Settings, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache | None:
-    """The suffix cache of the target's vocabulary (`scope`: a server's API key), or None when
-    --no-suffix-cache or suffix drafting is not in use. Waits for it at most LOAD_WAIT_S."""
-    if not settings.suffix_cache or settings.lookup_via != "suffix":
-        return None
-    path = cache_file(vocab_digest(check_gguf(target.path)), scope)
-    memory = SuffixCache(path, target.n_vocab, settings.suffix_cache_size, notify)
+def suffix_memory(target: Model, settings: Settings, digest: str, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache:
+    """The suffix cache of the target's vocabulary (of digest `digest`; `scope`: a server's API
+    key). Waits for it at most LOAD_WAIT_S."""
+    memory = SuffixCache(cache_file(digest, scope), target.n_vocab, settings.suffix_cache_size, notify)
     memory.wait(LOAD_WAIT_S)
     return memory
 
@@ -74,7 +71,10 @@ def session_drafter(
     target: Model, draft: Model | None, settings: Settings, metas: Sequence[Meta], notify: Callable[[str], None], scope: str | None = None
 ) -> Drafter | None:
     """The drafter `run`, `chat` and `serve` draft with (`metas`: the datastores, read before
-    loading; `notify` hears of a damaged suffix cache or datastore)."""
-    stores = open_datastores(metas, target, vocab_digest(check_gguf(target.path)), notify) if metas else []
-    memory = suffix_memory(target, settings, notify, scope)
+    loading; `notify` hears of a damaged suffix cache or datastore). The suffix cache is used
+    unless --no-suffix-cache or suffix drafting is not in use."""
+    cached = settings.suffix_cache and settings.lookup_via == "suffix"
+    digest = vocab_digest(check_gguf(target.path)) if metas or cached else ""  # parsed once, for both
+    stores = open_datastores(metas, target, digest, notify) if metas else []
+    memory = suffix_memory(target, settings, digest, notify, scope) if cached else None
     return make_drafter(default_drafter(draft is not None, settings), target, draft, settings, memory, stores)
