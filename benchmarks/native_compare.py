@@ -55,7 +55,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for pid, (category, text) in rendered.items():
             f = Path(tmp) / f"{pid}.txt"
-            f.write_text(text)
+            f.write_text(text + "\n")  # llama.cpp drops a prompt file's last newline: the text is then exact
             out = run([str(a.native / "llama-completion"), "-m", str(a.target), "-f", str(f), "-no-cnv", *common])
             m_base = EVAL_RE.search(out)
             if not m_base:

@@ -43,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, (category, text) in enumerate(rendered):
             f, cache = Path(tmp) / f"{i}.txt", Path(tmp) / f"{i}.bin"
-            f.write_text(text)
+            f.write_text(text + "\n")  # llama.cpp drops a prompt file's last newline: the text is then exact
             base = float(EVAL_RE.search(run([str(a.native / "llama-completion"), "-m", str(a.target), "-f", str(f), "-no-cnv", *common])).group(1))  # type: ignore[union-attr]
             lookup = [str(a.native / "llama-lookup"), "-m", str(a.target), "-f", str(f), *common]
             own = float(DECODED_RE.search(run(lookup)).group(1))  # type: ignore[union-attr]

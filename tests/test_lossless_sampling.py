@@ -15,7 +15,8 @@ FAMILY_ALPHA (Bonferroni).
 The matrix crosses the drafting modes (fixed, auto under each simulated cost profile, argmax
 proposals, tree, prompt lookup, their chain, coupled verification, a datastore) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
 with vocabularies of different sizes (either model padded): every pair of values of any two of
-these factors appears in some configuration."""
+these factors appears in some configuration. Further families below: a real vocabulary's width,
+a grammar and penalties, and the target's own MTP heads drafting."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import model_options
+from mtp_model import MtpSpec, write_mtp_model
 from scipy import stats
-from tiny_models import TinySpec, vocabulary, write_tiny_llama
+from tiny_models import TinySpec, tiny_vocabulary, vocabulary, write_tiny_llama
 
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
@@ -38,6 +40,7 @@ from localspec.datastore.store import Datastore, Meta, SourceFile
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_cache import SuffixCache
@@ -451,3 +454,52 @@ def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case:
         first[k[:1]] += c
     assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > SHAPED_ALPHA
     assert chi_square_pvalue(counts, joint, N_DRAWS) > SHAPED_ALPHA
+
+
+# --- the target's own MTP heads -------------------------------------------------------------------
+# A target whose NextN head drafts (tests/mtp_model.py), unsure and perturbed enough that its drafts
+# are often rejected, and reading the target's hidden states: alone at a fixed length, after prompt
+# lookup, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-min
+# and top-k/top-p/min-p with another.
+
+MTP_SPEC = MtpSpec(seed=23, n_layer=2, logit_scale=0.6, head_noise=0.25, h_weight=0.3)
+MTP_CASES = (
+    (Case("fixed", "same", False, True), None),
+    (Case("fixed", "same", True, False), None),
+    (Case("chain", "same", False, False), None),
+    *((Case("auto", vocab, i % 2 == 0, i % 2 == 1), profile) for i, (vocab, profile) in enumerate(AUTO_PROFILES.items())),
+)
+MTP_ALPHA = FAMILY_ALPHA / (2 * len(MTP_CASES))
+
+
+@pytest.fixture(scope="module")
+def mtp(tmp_path_factory: pytest.TempPathFactory):
+    """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
+    target = Model(write_mtp_model(tmp_path_factory.mktemp("mtp") / "mtp.gguf", MTP_SPEC, tiny_vocabulary), replace(model_options(), mtp=True))
+    start = target.tokenize(PROMPT)
+    greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
+    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
+    yield target, [*start, *done.tokens, *start[1:]]
+    target.close()
+
+
+@pytest.mark.parametrize("case,profile", MTP_CASES, ids=lambda v: v.id.replace("same", "mtp") if isinstance(v, Case) else None)
+def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, profile, mtp):
+    target, prompt = mtp
+    assert target.head is not None
+    heads = MtpDrafter(target.head)
+    drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads
+    engine = SpeculativeEngine(target, drafter, case.mode, SimulatedClock(profile) if profile else None)
+    joint = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)
+    for dist in (joint, first_of(joint)):
+        big, rest = _cells(dist, N_DRAWS)
+        assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, MTP_ALPHA) >= MIN_POWER
+    counts, first_step = draws(engine, prompt, lambda seed: _config(case, seed), N_DRAWS)
+    assert_drafts_were_both_accepted_and_rejected(first_step, N_DRAWS)
+    if case.mode == "auto":
+        assert sum(c for (k, _), c in first_step.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, first_step
+    first: Counter = Counter()
+    for k, c in counts.items():
+        first[k[:1]] += c
+    assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > MTP_ALPHA
+    assert chi_square_pvalue(counts, joint, N_DRAWS) > MTP_ALPHA

@@ -99,6 +99,25 @@ def _pad_rows(weights: dict[str, np.ndarray], spec: TinySpec) -> None:
         out[-spec.pad :, 0] = -spec.pad_below / channel_after_norm
 
 
+def add_tokenizer(w: gguf.GGUFWriter, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+
+
+def tiny_vocabulary(w: gguf.GGUFWriter) -> int:
+    """Write the tiny vocabulary's tokenizer keys; return its size."""
+    tokens, scores, types = vocabulary()
+    add_tokenizer(w, tokens, scores, types)
+    return len(tokens)
+
+
 def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
     tokens, scores, types = vocabulary(dict(spec.renamed), spec.pad)
     n_vocab = len(tokens) - spec.pad
@@ -123,15 +142,7 @@ def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    w.add_tokenizer_model("llama")
-    w.add_token_list(tokens)
-    w.add_token_scores(scores)
-    w.add_token_types(types)
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_unk_token_id(0)
-    w.add_add_bos_token(True)
-    w.add_add_eos_token(False)
+    add_tokenizer(w, tokens, scores, types)
     for name, value in weights.items():
         w.add_tensor(name, value)
     for key, value in spec.header:

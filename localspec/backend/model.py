@@ -12,11 +12,13 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
+from localspec.backend.mtp import MtpHead, attach_heads
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
-from localspec.backend.vocab import tokenize
+from localspec.backend.token_text import TokenText
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.errors import LocalspecError
 
@@ -39,6 +41,7 @@ class ModelOptions:
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
     slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
     chat_template: str | None = None  # the user's, over the GGUF's
+    mtp: bool = False  # load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
     verbose: bool = False
 
 
@@ -46,7 +49,7 @@ class DecodeAborted(Exception):
     """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
 
 
-class Model:
+class Model(TokenText):
     """Weights, one context and the exact list of tokens its KV cache holds (`cached`)."""
 
     def __init__(self, path: Path, options: ModelOptions, cancel: threading.Event | None = None) -> None:
@@ -55,7 +58,7 @@ class Model:
         self.path = path
         self.options = options
         self._cancel = cancel or threading.Event()
-        self.model = load_weights(path, options.n_gpu_layers, False, options.devices, options.tensor_split)
+        self.model = load_weights(path, options.n_gpu_layers, False, options.devices, options.tensor_split, options.mtp)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.recurrent = bool(
@@ -95,48 +98,31 @@ class Model:
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
+        self.hidden: HiddenRows | None = None
+        self.head: MtpHead | None = None
         self.cached: list[int] = []
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
         self.threads = options.n_threads
+        if options.mtp:
+            try:
+                self.hidden, self.head = attach_heads(self)
+            except BaseException:
+                self.close()
+                raise
 
     def set_threads(self, n: int) -> None:
-        """Run later passes (generation and prompt alike) on n threads."""
+        """Run later passes (generation and prompt alike) on n threads, the heads' too."""
         llama_cpp.llama_set_n_threads(self.ctx, n, n)
         self.threads = n
+        if self.head is not None:
+            self.head.set_threads(n)
 
-    # --- tokens and text -------------------------------------------------------------------
-    def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
-        return tokenize(self.vocab, text, add_special, parse_special)
-
-    def piece(self, token: int) -> bytes:
-        """The bytes a token stands for in output text (special tokens render as nothing)."""
-        cached = self._pieces.get(token)
-        if cached is None:
-            buf = ctypes.create_string_buffer(64)
-            n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, 64, 0, False)
-            if n < 0:
-                buf = ctypes.create_string_buffer(-n)
-                n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, -n, 0, False)
-            cached = self._pieces[token] = buf.raw[:n]
-        return cached
-
-    def token_text(self, token: int) -> str:
-        return llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
-
-    def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
-
+    # --- tokens and text (the rest in TokenText) ----------------------------------------------
     def chat_template(self) -> str | None:
         tmpl = llama_cpp.llama_model_chat_template(self.model, None)
         return self.options.chat_template or (tmpl.decode("utf-8") if tmpl else None)
-
-    def bos_eos_text(self) -> tuple[str, str, bool]:
-        bos = llama_cpp.llama_vocab_bos(self.vocab)
-        eos = llama_cpp.llama_vocab_eos(self.vocab)
-        text = lambda t: self.token_text(t) if t >= 0 else ""  # noqa: E731
-        return text(bos), text(eos), bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
 
     # --- KV cache ---------------------------------------------------------------------------
     def truncate(self, n: int) -> bool:
@@ -197,6 +183,8 @@ class Model:
         if rc != 0:
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} at position {base}")
         self.cached.extend(chunk)
+        if self.hidden is not None:
+            self.hidden.read(self.ctx, base, n)
 
     def _llama_decode(self, n_tokens: int) -> int:
         # llama.cpp calls the abort callback for every graph node, a Python call each time: about 2%
@@ -242,6 +230,8 @@ class Model:
             raise DecodeAborted()
         if rc != 0:
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
+        if self.hidden is not None:
+            self.hidden.cut(min(positions))
         return self.logits.rows(len(tokens))
 
     def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -284,6 +274,9 @@ class Model:
         return self.logits.rows(1, first=-1)[0]
 
     def close(self) -> None:
+        if getattr(self, "head", None):
+            self.head.close()  # type: ignore[union-attr]
+            self.head = None
         if getattr(self, "ctx", None):
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self.ctx)

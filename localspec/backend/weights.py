@@ -23,13 +23,15 @@ def _cpu_has_amx() -> bool:
 
 
 def load_weights(
-    path: Path, n_gpu_layers: int, vocab_only: bool, devices: Sequence[int] | None = None, split: Sequence[float] = ()
+    path: Path, n_gpu_layers: int, vocab_only: bool, devices: Sequence[int] | None = None, split: Sequence[float] = (),
+    heads: bool = False,
 ) -> llama_cpp.llama_model_p:
     """`devices`: what the offloaded layers are spread over (None: this machine's GPUs), in the
-    proportions of `split` (empty: by free memory)."""
+    proportions of `split` (empty: by free memory); `heads`: load the MTP heads (NextN layers)."""
     params = llama_cpp.llama_model_default_params()
     params.n_gpu_layers = n_gpu_layers
     params.vocab_only = vocab_only
+    params.load_mtp = heads
     listed = device_list(devices)  # both arrays must outlive the load
     if listed is not None:
         params.devices = ctypes.cast(listed, ctypes.c_void_p)

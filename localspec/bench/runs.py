@@ -30,9 +30,10 @@ BASELINE = "baseline"
 # name -> (drafter kind for drafting.make_drafter, draft mode, what it is)
 MODES = {
     "baseline": ("none", "fixed", "the target alone"),
-    "draft": ("draft-model", "fixed", "draft model, fixed length (--draft-max every step, as llama.cpp)"),
-    **{f"fixed-{k}": ("draft-model", "fixed", f"draft model, {k} tokens every step") for k in (4, 8, 16)},
-    "auto": ("draft-model", "auto", "draft model, length chosen per step by the auto controller (the default of run)"),
+    "draft": ("draft-model", "fixed", "draft model (or the target's MTP heads), fixed length (--draft-max every step, as llama.cpp)"),
+    **{f"fixed-{k}": ("draft-model", "fixed", f"draft model (or heads), {k} tokens every step") for k in (2, 4, 8, 16)},
+    "auto": ("draft-model", "auto", "draft model (or heads), length chosen per step by the auto controller (the default of run)"),
+    "mtp": ("mtp", "auto", "the target's own MTP heads, auto controller (the default of run for a target with heads)"),
     "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
     "suffix": ("suffix", "auto", "suffix-tree lookup within each prompt (bench keeps no outputs across prompts), auto controller"),
     "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
@@ -190,16 +191,20 @@ class Mode:
         return Mode(name, drafter, draft_mode, int(length) if length.isdigit() else None)
 
 
-def choose_modes(names: Sequence[str], has_draft: bool) -> list[str]:
-    """The modes to run (the baseline always first); by default every mode the models allow."""
-    chosen = list(names) or (["baseline", "draft", "auto", "ngram"] if has_draft else ["baseline", "ngram"])
+def choose_modes(names: Sequence[str], has_draft: bool, heads: bool = False) -> list[str]:
+    """The modes to run (the baseline always first); by default every mode the models allow
+    (`heads`: the target's MTP heads are loaded, drafting where a draft model would)."""
+    drafts = has_draft or heads
+    chosen = list(names) or (["baseline", "draft", "auto", "ngram"] if drafts else ["baseline", "ngram"])
     unknown = [m for m in chosen if m not in MODES]
     if unknown:
         raise LocalspecError(f"unknown mode {unknown[0]!r}; choose from {', '.join(MODES)}")
-    if not has_draft:
+    if not drafts:
         needing = [m for m in chosen if MODES[m][0] not in ("none", "ngram", "suffix")]
         if needing:
-            raise LocalspecError(f"mode {needing[0]!r} needs a draft model (-d, or an alias with one)")
+            raise LocalspecError(f"mode {needing[0]!r} needs a draft model (-d, or an alias with one) or a target with MTP heads")
+    if "mtp" in chosen and not heads:
+        raise LocalspecError("mode 'mtp' needs a target with MTP heads (and no -d)")
     return [BASELINE, *(m for m in chosen if m != BASELINE)]
 
 

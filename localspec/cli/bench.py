@@ -71,7 +71,6 @@ def bench(
     result = BenchResult()
     with user_errors():
         files, settings = request(model, draft, flags, temp=0.0, max_tokens=BENCH_MAX_TOKENS, seed=0)
-        chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], files.draft is not None)
         config = seeded(generation_config(settings))
         if cost_profile and record_costs:
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
@@ -80,9 +79,10 @@ def bench(
         target, draft_model = load_models(files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True))
         files = ModelFiles.of(target, draft_model)
         if isinstance(clock, SimulatedClock):
-            models = [m for m in (target, draft_model) if m is not None]
+            models = [m for m in (target, draft_model, target.head) if m is not None]
             clock.inside = lambda: sum(m.busy_s for m in models)
         try:
+            chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], draft_model is not None, target.head is not None)
             bench_modes = make_modes(chosen, target, draft_model, settings)
             total = len(selected) * len(chosen) * repeat
             with BenchProgress(total, quiet=json_out) as progress:

@@ -44,7 +44,7 @@ def config(
         "config_file": str(config_path()),
         "config_file_exists": config_path().exists(),
         "model": {"value": str(files.model), "from": model_source},
-        "draft": {"value": str(files.draft) if files.draft else None, "from": draft_source},
+        "draft": {"value": files.draft_name, "from": draft_source},
         "settings": {name: {"value": list(v) if isinstance(v, tuple) else v, "from": src} for name, (v, src) in values.items()},
     }
     if json_out:

@@ -92,7 +92,7 @@ def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> C
 
 PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", metavar="TEXT", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
 ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the demo pair, SmolLM2-135M-Instruct in F32 drafted by its Q4_1).", rich_help_panel=MODEL)]
-DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|none", help="Draft GGUF of the same vocabulary, or 'none'.", rich_help_panel=MODEL)]
+DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|mtp|none", help="Draft GGUF of the same vocabulary, 'mtp' (the target's own MTP heads: the default for a target that has them), or 'none'.", rich_help_panel=MODEL)]
 ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
 RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
 VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]

@@ -18,6 +18,7 @@ from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
+from localspec.backend.mtp import check_heads, drafts_itself
 from localspec.backend.vocab import check_special_tokens, check_token_texts
 from localspec.backend.weights import OutOfMemory
 from localspec.config import defaults
@@ -36,11 +37,19 @@ class ModelFiles:
     model: Path
     draft: Path | None = None
     demo: bool = False  # the shipped model: the target is its F32 upcast (backend/demo.py)
+    # Drafting with the target's own MTP heads: True asked for (-d mtp), False refused (-d none),
+    # None by default: where the target has heads and no draft model is given.
+    mtp: bool | None = None
 
     @staticmethod
     def of(target: Model, draft: Model | None) -> ModelFiles:
         """The files loaded models came from (the demo's: its F32 target)."""
-        return ModelFiles(target.path, draft.path if draft else None)
+        return ModelFiles(target.path, draft.path if draft else None, mtp=target.options.mtp)
+
+    @property
+    def draft_name(self) -> str | None:
+        """The draft as the user names it: its file, or mtp for the target's heads."""
+        return str(self.draft) if self.draft else "mtp" if self.mtp else None
 
     def made(self, notify: Callable[[str], None]) -> ModelFiles:
         """The files as loaded, every path checked first (a mistyped -d is told before anything is
@@ -55,8 +64,8 @@ class ModelFiles:
             target = demo_target(self.model, demo_folder(), physical_cores(), notify)
         except LocalspecError as e:
             notify(f"{e}: the demo runs the shipped Q4_1 alone")
-            return ModelFiles(self.model, None if self.draft == self.model else self.draft)
-        return ModelFiles(target, self.draft)
+            return ModelFiles(self.model, None if self.draft == self.model else self.draft, mtp=self.mtp)
+        return ModelFiles(target, self.draft, mtp=self.mtp)
 
 
 def resolve(
@@ -68,12 +77,13 @@ def resolve(
     from localspec.registry.aliases import load_registry
     from localspec.registry.pulled import read_manifest
 
-    draft_path = None if draft is None or draft.lower() == "none" else Path(draft).expanduser()
+    mtp = {"mtp": True, "none": False}.get(draft.lower()) if draft else None
+    draft_path = None if draft is None or draft.lower() in ("none", "mtp") else Path(draft).expanduser()
     if model is None:
         shipped = defaults.embedded_model()
-        return ModelFiles(shipped, shipped if draft is None else draft_path, demo=True), {}
+        return ModelFiles(shipped, shipped if draft is None else draft_path, demo=True, mtp=mtp), {}
     if names_file(model):
-        return ModelFiles(Path(model).expanduser(), draft_path), {}
+        return ModelFiles(Path(model).expanduser(), draft_path, mtp=mtp), {}
     alias = load_registry().get(model)
     alias.local_files(with_draft=draft is None)
     manifest = read_manifest(model)
@@ -84,7 +94,7 @@ def resolve(
         draft_path = (alias.draft.local if alias.draft else None) or (manifest.local_path("draft") if manifest else None)
         if alias.draft is not None and draft_path is None:
             notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
-    return ModelFiles(target, draft_path), dict(alias.settings)
+    return ModelFiles(target, draft_path, mtp=mtp), dict(alias.settings)
 
 
 def demo_folder() -> Path:
@@ -140,6 +150,9 @@ def load_models(
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
+    if files.mtp:
+        check_heads(target_info)
+    heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))
     if draft_info is not None:
         check_token_texts(target_info, draft_info)
     cores, gpu = physical_cores(), default_gpu_layers()
@@ -168,6 +181,7 @@ def load_models(
             n_seq_max=n_seq_max,
             slots=slots,
             chat_template=settings.chat_template,
+            mtp=bool(heads),
             verbose=verbose,
         ),
         cancel,

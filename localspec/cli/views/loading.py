@@ -24,6 +24,8 @@ def describe(files: ModelFiles) -> str:
         if path is not None:
             size = path.stat().st_size if path.is_file() else 0
             parts.append(f"{role} {path.name} ({_size(size)})")
+    if files.mtp:
+        parts.append("with its MTP heads")
     return "loading " + ", ".join(parts)
 
 

@@ -78,7 +78,7 @@ def provenance(files: ModelFiles, settings: Settings) -> dict:
     and the settings in force (by the names of the settings record)."""
     return {
         "version": __version__,
-        "model_files": {"target": str(files.model), "draft": str(files.draft) if files.draft else None},
+        "model_files": {"target": str(files.model), "draft": files.draft_name},
         "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(settings).items()},
     }
 

@@ -1,0 +1,219 @@
+"""Drafting with the target's own MTP heads (-d mtp): the test model's heads predict, greedy output
+is the target alone's, the head's cache follows the target's through rejections, a target with
+heads drafts with them by default, and a target without usable heads is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import assert_one_line_error, localspec
+from conftest import assert_greedy_equivalent, model_options
+from mtp_model import MtpSpec, write_mtp_model
+from server_helpers import start
+from tiny_models import tiny_vocabulary
+
+from localspec.backend.gguf_file import GGUFInfo, TensorInfo, check_gguf
+from localspec.backend.hidden import HiddenRows
+from localspec.backend.model import Model
+from localspec.backend.mtp import check_heads, drafts_itself, head_count
+from localspec.drafters.chain import ChainDrafter
+from localspec.drafters.mtp import MtpDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.events import drain
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.errors import LocalspecError
+from localspec.sampling.dist import SamplingParams
+
+PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "moon", "she was in the tree and he"]
+GREEDY = SamplingParams(temperature=0.0)
+GOOD = MtpSpec(seed=5, n_layer=4, logit_scale=3.0, head_noise=0.03)
+POOR = replace(GOOD, head_noise=0.3)  # about half its drafts rejected
+MIXED = replace(GOOD, h_weight=0.5, head_noise=0.1)  # predicts from the target's hidden states too
+
+
+@dataclass(frozen=True)
+class Files:
+    good: Path
+    poor: Path
+    mixed: Path
+    claims_two: Path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
+    d = tmp_path_factory.mktemp("mtp")
+    write = lambda name, spec: write_mtp_model(d / f"{name}.gguf", spec, tiny_vocabulary)  # noqa: E731
+    return Files(write("good", GOOD), write("poor", POOR), write("mixed", MIXED), write("claims-two", replace(GOOD, claimed_heads=2)))
+
+
+def load(path: Path) -> Model:
+    return Model(path, replace(model_options(), mtp=True))
+
+
+def generate(engine: SpeculativeEngine, prompt: list[int], mode: str, n: int = 48, draft_max: int = 6):
+    config = GenerationConfig(max_tokens=n, sampling=GREEDY, draft_mode=mode, draft_max=draft_max)
+    return drain(engine.generate(prompt, config))
+
+
+def test_the_test_models_heads_predict_the_target(files: Files):
+    """The model stays meaningful: its heads' greedy drafts are mostly accepted."""
+    with load(files.good) as target:
+        assert target.head is not None and target.head.heads == 1
+        engine = SpeculativeEngine(target, MtpDrafter(target.head), "mtp")
+        drafted = accepted = 0
+        for text in PROMPTS:
+            stats = generate(engine, target.tokenize(text), "fixed").stats
+            drafted, accepted = drafted + stats.n_drafted, accepted + stats.n_accepted
+        assert drafted > 100 and accepted / drafted > 0.8, (accepted, drafted)
+
+
+@pytest.mark.parametrize("name", ["good", "poor", "mixed"])
+@pytest.mark.parametrize("mode", ["fixed", "auto", "chain"])
+def test_greedy_output_with_the_heads_is_the_target_alones(files: Files, name: str, mode: str):
+    with load(getattr(files, name)) as target:
+        assert target.head is not None
+        drafter = MtpDrafter(target.head)
+        engine = SpeculativeEngine(target, ChainDrafter([NgramDrafter(), drafter]) if mode == "chain" else drafter, mode)
+        alone = SpeculativeEngine(target, None)
+        rejected = 0
+        for text in PROMPTS:
+            prompt = target.tokenize(text)
+            expected = generate(alone, prompt, "fixed").tokens
+            done = generate(engine, prompt, "fixed" if mode == "fixed" else "auto")
+            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+            rejected += done.stats.n_drafted - done.stats.n_accepted
+        if name == "poor" and mode == "fixed":
+            assert rejected > 20  # rollbacks happened
+
+
+def test_under_a_grammar_the_heads_draft_what_the_constrained_target_says(files: Files):
+    grammar = "root ::= ([ ]? [a-s] [a-z]*)+"
+    with load(files.poor) as target:
+        assert target.head is not None
+        engine, alone = SpeculativeEngine(target, MtpDrafter(target.head), "mtp"), SpeculativeEngine(target, None)
+        config = GenerationConfig(max_tokens=32, sampling=GREEDY, draft_mode="fixed", draft_max=4, grammar=grammar)
+        for text in PROMPTS[:2]:
+            prompt = target.tokenize(text)
+            expected = drain(alone.generate(prompt, config)).tokens
+            done = drain(engine.generate(prompt, config))
+            assert done.stats.n_accepted > 0
+            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+
+
+@pytest.mark.parametrize("name", ["poor", "mixed"])
+def test_the_heads_cache_follows_the_target_through_rejections(files: Files, name: str):
+    """After a generation with rejections, what the head predicts after the context is what a head
+    that never drafted predicts: every entry the target verified was remade with its states."""
+    path = getattr(files, name)
+    with load(path) as target:
+        assert target.head is not None
+        done = generate(SpeculativeEngine(target, MtpDrafter(target.head), "mtp"), target.tokenize(PROMPTS[1]), "fixed", draft_max=4)
+        assert done.stats.n_accepted < done.stats.n_drafted
+        context = [*target.tokenize(PROMPTS[1]), *done.tokens]
+        after = target.head.sync(context).copy()
+    with load(path) as fresh:
+        assert fresh.head is not None
+        fresh.prefill(context[:-1])
+        expected = fresh.head.sync(context)
+        assert np.abs(after - expected).max() < 1e-3 * np.abs(expected).max()
+
+
+def test_without_the_targets_states_the_mixed_heads_predict_otherwise(files: Files):
+    """The check above can fail: the mixed model's head, handed no states, predicts other logits."""
+    with load(files.mixed) as target:
+        assert target.head is not None and target.hidden is not None
+        context = target.tokenize(PROMPTS[3])
+        target.prefill(context[:-1])
+        right = target.head.sync(context).copy()
+        target.hidden.cut(0)
+        target.head.exact = 0
+        wrong = target.head.sync(context)
+        assert np.abs(right - wrong).max() > 0.1 * np.abs(right).max()
+
+
+def _rows(start: int, n: int) -> np.ndarray:
+    return np.arange(start, start + n, dtype=np.float32)[:, None].repeat(2, axis=1)
+
+
+def test_hidden_rows_are_those_of_the_latest_pass_at_each_position():
+    rows = HiddenRows(2)
+    rows.put(0, _rows(0, 5))
+    rows.put(3, _rows(30, 3))  # the tokens from position 3 on were rejected and evaluated again
+    assert rows.take(-1, 6)[:, 0].tolist() == [0, 0, 1, 2, 30, 31, 32]  # position -1: none
+    assert rows.take(5, 7)[:, 0].tolist() == [32, 0]  # 6 not evaluated yet
+    rows.put(6, _rows(60, 2))
+    rows.cut(7)  # a tree pass wrote several sequences from 7 on
+    assert rows.take(6, 8)[:, 0].tolist() == [60, 0]
+
+
+def test_hidden_rows_drop_what_no_later_call_needs():
+    rows = HiddenRows(2)
+    rows.put(0, _rows(0, 8))
+    rows.take(-1, 7)
+    assert rows.first == 6 and rows.end == 8
+    rows.put(20, _rows(200, 2))  # not next to what is kept: nothing older is
+    assert rows.take(5, 22)[:, 0].tolist() == [0] * 15 + [200, 201]
+
+
+def test_a_target_with_heads_drafts_with_them_by_default(files: Files):
+    base = ["run", "-m", str(files.good), "-p", PROMPTS[0], "-n", "24", "--temp", "0", "--json"]
+    runs = {d: localspec(*base, *(["-d", d] if d else [])) for d in ("", "mtp", "none")}
+    out = {d: json.loads(r.stdout) for d, r in runs.items()}
+    assert {d: o["stats"]["drafter"] for d, o in out.items()} == {"": "mtp", "mtp": "mtp", "none": "ngram"}
+    assert out[""]["stats"]["n_accepted"] > 0
+    assert out[""]["model_files"]["draft"] == "mtp" and out["none"]["model_files"]["draft"] is None
+    assert out[""]["tokens"] == out["mtp"]["tokens"] == out["none"]["tokens"]
+    chained = json.loads(localspec(*base, "--lookup").stdout)
+    assert chained["stats"]["drafter"] == "chain" and chained["tokens"] == out[""]["tokens"]
+
+
+def test_serve_drafts_with_the_heads_and_answers_what_run_does(files: Files):
+    run = json.loads(localspec("run", "-m", str(files.good), "-p", PROMPTS[1], "-n", "24", "--temp", "0", "--raw", "--json").stdout)
+    served = start("-m", str(files.good))
+    try:
+        assert any("drafting: mtp" in line for line in served.log), served.log
+        reply = served.client().completions.create(model="any", prompt=PROMPTS[1], max_tokens=24, temperature=0)
+        assert reply.choices[0].text == run["text"]
+    finally:
+        assert served.stop() == 0
+
+
+def test_bench_runs_the_heads_as_a_mode(files: Files):
+    res = localspec("bench", "-m", str(files.good), "--modes", "mtp,fixed-4", "--limit", "1", "-n", "16", "--json")
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout)
+    summary = {s["mode"]: s for s in result["summary"] if s["category"] == "all"}
+    assert set(summary) == {"baseline", "mtp", "fixed-4"} and not result["mismatches"]
+    assert summary["fixed-4"]["acceptance_rate"] > 0.8
+
+
+def test_a_target_without_heads_is_refused_in_one_line(tiny):
+    assert_one_line_error(localspec("run", "-m", str(tiny.target), "-d", "mtp", "-p", "hi", "-n", "4"), "needs a model with MTP heads")
+
+
+def test_a_header_claiming_more_heads_than_the_file_holds_is_refused(files: Files):
+    with pytest.raises(LocalspecError, match="2 MTP heads"):
+        head_count(check_gguf(files.claims_two))
+    assert_one_line_error(localspec("run", "-m", str(files.claims_two), "-p", "hi", "-n", "4"), "inconsistent")
+
+
+def _info(arch: str, heads: int, blocks: int = 3, held: tuple[int, ...] = (2,)) -> GGUFInfo:
+    fields: dict[str, object] = {"general.architecture": arch, f"{arch}.block_count": blocks, f"{arch}.nextn_predict_layers": heads}
+    return GGUFInfo(Path(f"{arch}.gguf"), fields, [TensorInfo(f"blk.{i}.nextn.eh_proj.weight", 0, 0) for i in held])
+
+
+def test_heads_are_counted_from_the_tensors_and_the_architecture():
+    assert head_count(_info("glm4moe", 1)) == 1 and drafts_itself(_info("glm4moe", 1))
+    assert head_count(_info("qwen35", 1, held=())) == 0  # a trunk shipped without its head
+    assert not drafts_itself(_info("qwen35", 1, held=()))
+    assert head_count(_info("glm4moe", 0)) == 0
+    with pytest.raises(LocalspecError, match="3 MTP heads of 3 layers"):
+        head_count(_info("glm4moe", 3, held=(0, 1, 2)))
+    # GLM-4 (dense) keeps NextN tensors that this llama.cpp never runs.
+    assert not drafts_itself(_info("glm4", 1))
+    with pytest.raises(LocalspecError, match="no MTP graph for glm4"):
+        check_heads(_info("glm4", 1))
