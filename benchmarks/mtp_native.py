@@ -36,7 +36,7 @@ from localspec.drafters.mtp import MtpDrafter  # noqa: E402
 from localspec.engine.events import drain  # noqa: E402
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
 from localspec.sampling.dist import SamplingParams  # noqa: E402
-from localspec.session.prompt import render_chat  # noqa: E402
+from localspec.session.prompt import render_chat, tokenize_rendered  # noqa: E402
 
 ENCODED_RE = re.compile(r"encoded\s+(\d+) tokens")
 
@@ -81,7 +81,7 @@ def main() -> None:
         engines.update({m: SpeculativeEngine(target, MtpDrafter(target.head), "mtp") for m in modes[1:]})
         for p in load_prompts(a.prompts, a.category, a.limit):
             text = render_chat(target, [{"role": "user", "content": p.text}])
-            tokens = target.tokenize(text, parse_special=True)
+            tokens = tokenize_rendered(target, text)
             f = Path(tmp) / f"{p.id}.txt"
             f.write_text(text + "\n")  # llama.cpp drops a prompt file's last newline: the text is then exact
             line, reference = [f"{p.category:14s} {p.id:>4s}"], None

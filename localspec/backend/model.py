@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ctypes
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.backend.batch import SEQ, decode_synced, fill
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
@@ -22,7 +22,6 @@ from localspec.backend.token_text import TokenText
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.errors import LocalspecError
 
-SEQ = 0  # every model here decodes a single sequence
 ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
 CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 DEFAULT_CTX = 4096  # a context of 0 asks for the model's training context, but at most this
@@ -165,16 +164,7 @@ class Model(TokenText):
     def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
         batch = self._batch
         base = len(self.cached)
-        n = len(chunk)
-        for i, tok in enumerate(chunk):
-            batch.token[i] = tok
-            batch.pos[i] = base + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = SEQ
-            batch.logits[i] = all_logits
-        if want_last:
-            batch.logits[n - 1] = True
-        batch.n_tokens = n
+        n = fill(batch, chunk, base, all_logits, want_last)
         rc = self._llama_decode(n)
         if rc == 2:
             # An aborted decode may leave part of the batch in the cache: drop it so `cached` stays exact.
@@ -196,10 +186,8 @@ class Model(TokenText):
             cb = self._abort_cb if watch else ctypes.cast(None, llama_cpp.ggml_abort_callback)
             llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
             self._watching = watch
-        start = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.ctx, self._batch)
-        llama_cpp.llama_synchronize(self.ctx)
-        self.busy_s += time.perf_counter() - start
+        rc, seconds = decode_synced(self.ctx, self._batch)
+        self.busy_s += seconds
         return rc
 
     # --- several sequences (tree drafting) ---------------------------------------------------

@@ -14,7 +14,6 @@ the same way."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,10 +22,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
+from localspec.backend.batch import SEQ, decode_synced, fill
 from localspec.backend.gguf_file import GGUFInfo
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
-from localspec.backend.slots import ACTIVE as SEQ
 from localspec.backend.slots import common_prefix
 from localspec.errors import LocalspecError
 
@@ -120,11 +119,9 @@ class MtpHead:
         self.exact = 0  # leading cached entries made with the target's hidden states
         self.passes = 0
         self.busy_s = 0.0
-        self.threads = target.threads
 
     def set_threads(self, n: int) -> None:
         llama_cpp.llama_set_n_threads(self.ctx, n, n)
-        self.threads = n
 
     def resume(self, tokens: Sequence[int]) -> None:
         """Nothing to restore: the head keeps one sequence, and sync() reuses what of it the next
@@ -154,20 +151,12 @@ class MtpHead:
     def _decode(self, tokens: Sequence[int], rows: np.ndarray) -> None:
         if len(self.cached) + len(tokens) > self.target.n_ctx:
             raise LocalspecError(f"context is full: {len(self.cached) + len(tokens)} tokens needed, --ctx is {self.target.n_ctx}")
-        batch, base, n = self._batch, len(self.cached), len(tokens)
-        for i, tok in enumerate(tokens):
-            batch.token[i] = tok
-            batch.pos[i] = base + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = SEQ
-            batch.logits[i] = i == n - 1
+        base = len(self.cached)
+        n = fill(self._batch, tokens, base, every=False)
         self._embd[:n] = rows
-        batch.n_tokens = n
         self.passes += 1
-        start = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.ctx, batch)
-        llama_cpp.llama_synchronize(self.ctx)
-        self.busy_s += time.perf_counter() - start
+        rc, seconds = decode_synced(self.ctx, self._batch)
+        self.busy_s += seconds
         if rc != 0:
             llama_cpp.llama_memory_seq_rm(self.memory, SEQ, base, -1)
             raise LocalspecError(f"llama_decode failed ({rc}) in the MTP head of {self.path.name} at position {base}")
