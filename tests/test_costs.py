@@ -54,6 +54,36 @@ def test_a_width_timed_once_at_a_bad_moment_does_not_wall_off_wider_drafts():
     assert costs.verify(5) == pytest.approx(0.054, rel=0.05)
 
 
+def test_wider_passes_than_any_timed_grow_as_the_wide_ones_do():
+    """A CPU's passes grow faster once wide (the testbed's 1-10 token passes below): a draft
+    longer than any timed is priced by how the wide passes grow, not by the line through the
+    one-token pass, which under-priced a 9-token pass by a quarter; flat passes stay flat."""
+    cpu = {1: 40.8, 2: 46.0, 3: 55.5, 4: 68.0, 5: 83.2, 9: 130.2}
+    costs = live_costs({b: cpu[b] / 1e3 for b in (1, 2, 3, 4)})
+    assert costs.relative(9) == pytest.approx(cpu[9] / cpu[1], rel=0.08)
+    chord = 1 + (cpu[4] / cpu[1] - 1) / 3 * 8  # what the line through (1, 1) and 4 tokens says
+    assert costs.relative(9) > chord * 1.05
+    flat = live_costs({1: 0.0084, 2: 0.00844, 3: 0.00848, 4: 0.00852})
+    assert flat.relative(16) == pytest.approx(1 + 15 * 0.04 / 8.4, rel=0.02)
+    noisy = live_costs({1: 0.040, 2: 0.0408, 3: 0.060})  # two near widths, the wider timed slow
+    chord_slope = (0.02 * 1 + 0.5 * 2) / (1 + 4)
+    beyond = noisy.relative(9) - noisy.relative(3)
+    assert 6 * chord_slope < beyond <= 6 * 2 * chord_slope + 1e-9
+
+
+def test_a_load_change_while_drafting_moves_the_level_not_the_shape():
+    """Drafting, the target runs wide passes only; when another process takes the cores, each
+    pass is as much off as the load: the level takes that, the shape keeps what it knew (a share
+    of it would stay in the shape and misprice every step, and the speedup estimate, for good:
+    a 3-token pass then read 1.92x a one-token pass here, not 1.6x)."""
+    costs = live_costs({1: 0.01, 3: 0.016, 5: 0.022})
+    for _ in range(30):
+        costs.observe_verify(5, 0.066)
+        costs.observe_verify(3, 0.048)
+    assert costs.relative(3) == pytest.approx(1.6, rel=0.1) and costs.relative(5) == pytest.approx(2.2, rel=0.1)
+    assert costs.verify(1) == pytest.approx(0.03, rel=0.1)
+
+
 def test_an_outlier_moves_an_estimate_by_a_bounded_step():
     costs = live_costs({1: 0.04, 8: 0.1})
     costs.observe_verify(1, 4.0)  # the process was descheduled for a moment

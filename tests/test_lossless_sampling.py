@@ -37,10 +37,10 @@ from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
 from localspec.datastore import store
 from localspec.datastore.store import Datastore, Meta, SourceFile
-from localspec.drafters.base import DraftSettings
+from localspec.drafters.base import Draft, DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.drafters.mtp import MtpDrafter
+from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_cache import SuffixCache
@@ -459,7 +459,7 @@ def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case:
 # --- the target's own MTP heads -------------------------------------------------------------------
 # A target whose NextN head drafts (tests/mtp_model.py), unsure and perturbed enough that its drafts
 # are often rejected, and reading the target's hidden states: alone at a fixed length, after prompt
-# lookup, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-min
+# lookup, as a tree, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-min
 # and top-k/top-p/min-p with another.
 
 MTP_SPEC = MtpSpec(seed=23, n_layer=2, logit_scale=0.6, head_noise=0.25, h_weight=0.3)
@@ -467,6 +467,7 @@ MTP_CASES = (
     (Case("fixed", "same", False, True), None),
     (Case("fixed", "same", True, False), None),
     (Case("chain", "same", False, False), None),
+    (Case("tree", "same", True, False), None),
     *((Case("auto", vocab, i % 2 == 0, i % 2 == 1), profile) for i, (vocab, profile) in enumerate(AUTO_PROFILES.items())),
 )
 MTP_ALPHA = FAMILY_ALPHA / (2 * len(MTP_CASES))
@@ -475,7 +476,8 @@ MTP_ALPHA = FAMILY_ALPHA / (2 * len(MTP_CASES))
 @pytest.fixture(scope="module")
 def mtp(tmp_path_factory: pytest.TempPathFactory):
     """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
-    target = Model(write_mtp_model(tmp_path_factory.mktemp("mtp") / "mtp.gguf", MTP_SPEC, tiny_vocabulary), replace(model_options(), mtp=True))
+    options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)  # a tree's branches: sequences of target and head
+    target = Model(write_mtp_model(tmp_path_factory.mktemp("mtp") / "mtp.gguf", MTP_SPEC, tiny_vocabulary), options)
     start = target.tokenize(PROMPT)
     greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
@@ -487,7 +489,15 @@ def mtp(tmp_path_factory: pytest.TempPathFactory):
 def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, profile, mtp):
     target, prompt = mtp
     assert target.head is not None
-    heads = MtpDrafter(target.head)
+    branched = []
+
+    class Tree(MtpTreeDrafter):
+        def propose(self, *args, **kwargs) -> Draft:
+            draft = super().propose(*args, **kwargs)
+            branched.append(draft.parents is not None and len(set(draft.parents)) < len(draft.parents))
+            return draft
+
+    heads = Tree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
     drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads
     engine = SpeculativeEngine(target, drafter, case.mode, SimulatedClock(profile) if profile else None)
     joint = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)
@@ -498,6 +508,8 @@ def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, 
     assert_drafts_were_both_accepted_and_rejected(first_step, N_DRAWS)
     if case.mode == "auto":
         assert sum(c for (k, _), c in first_step.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, first_step
+    if case.mode == "tree":
+        assert sum(branched) > N_DRAWS // 20  # the head's trees branched
     first: Counter = Counter()
     for k, c in counts.items():
         first[k[:1]] += c

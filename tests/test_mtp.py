@@ -20,8 +20,9 @@ from localspec.backend.gguf_file import GGUFInfo, TensorInfo, check_gguf
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.model import Model
 from localspec.backend.mtp import check_heads, drafts_itself, head_count
+from localspec.drafters.base import Draft, DraftSettings
 from localspec.drafters.chain import ChainDrafter
-from localspec.drafters.mtp import MtpDrafter
+from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
@@ -50,12 +51,30 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Files:
     return Files(write("good", GOOD), write("poor", POOR), write("mixed", MIXED), write("claims-two", replace(GOOD, claimed_heads=2)))
 
 
-def load(path: Path) -> Model:
-    return Model(path, replace(model_options(), mtp=True))
+BRANCHES = 3
+
+
+def load(path: Path, n_seq_max: int = 1) -> Model:
+    return Model(path, replace(model_options(), mtp=True, n_seq_max=n_seq_max))
+
+
+class Tree(MtpTreeDrafter):
+    """The head's tree drafter, counting the drafts that branched."""
+
+    def __init__(self, target: Model) -> None:
+        assert target.head is not None
+        super().__init__(target.head, BRANCHES)
+        self.branched = 0
+
+    def propose(self, *args, **kwargs) -> Draft:
+        draft = super().propose(*args, **kwargs)
+        self.branched += draft.parents is not None and len(set(draft.parents)) < len(draft.parents)
+        return draft
 
 
 def generate(engine: SpeculativeEngine, prompt: list[int], mode: str, n: int = 48, draft_max: int = 6):
-    config = GenerationConfig(max_tokens=n, sampling=GREEDY, draft_mode=mode, draft_max=draft_max)
+    # Trees branch wherever a side token is worth 5%.
+    config = GenerationConfig(max_tokens=n, sampling=GREEDY, draft_mode=mode, draft_max=draft_max, drafting=DraftSettings(p_split=0.05))
     return drain(engine.generate(prompt, config))
 
 
@@ -90,6 +109,20 @@ def test_greedy_output_with_the_heads_is_the_target_alones(files: Files, name: s
             assert rejected > 20  # rollbacks happened
 
 
+@pytest.mark.parametrize("name", ["good", "poor", "mixed"])
+@pytest.mark.parametrize("mode", ["fixed", "auto"])
+def test_greedy_output_with_the_heads_tree_is_the_target_alones(files: Files, name: str, mode: str):
+    with load(getattr(files, name), BRANCHES) as target:
+        tree = Tree(target)
+        engine, alone = SpeculativeEngine(target, tree, mode), SpeculativeEngine(target, None)
+        for text in PROMPTS:
+            prompt = target.tokenize(text)
+            expected = generate(alone, prompt, "fixed").tokens
+            done = generate(engine, prompt, mode)
+            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+        assert tree.branched > (0 if mode == "auto" else 3)  # auto keeps trees near a chain where wide passes are dear
+
+
 def test_under_a_grammar_the_heads_draft_what_the_constrained_target_says(files: Files):
     grammar = "root ::= ([ ]? [a-s] [a-z]*)+"
     with load(files.poor) as target:
@@ -105,14 +138,17 @@ def test_under_a_grammar_the_heads_draft_what_the_constrained_target_says(files:
 
 
 @pytest.mark.parametrize("name", ["poor", "mixed"])
-def test_the_heads_cache_follows_the_target_through_rejections(files: Files, name: str):
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+def test_the_heads_cache_follows_the_target_through_rejections(files: Files, name: str, tree: bool):
     """After a generation with rejections, what the head predicts after the context is what a head
-    that never drafted predicts: every entry the target verified was remade with its states."""
+    that never drafted predicts: every entry the target verified was remade with its states (after
+    a tree, the states of the accepted branch's rows in the target's tree pass)."""
     path = getattr(files, name)
-    with load(path) as target:
+    with load(path, BRANCHES if tree else 1) as target:
         assert target.head is not None
-        done = generate(SpeculativeEngine(target, MtpDrafter(target.head), "mtp"), target.tokenize(PROMPTS[1]), "fixed", draft_max=4)
-        assert done.stats.n_accepted < done.stats.n_drafted
+        drafter = Tree(target) if tree else MtpDrafter(target.head)
+        done = generate(SpeculativeEngine(target, drafter, "mtp"), target.tokenize(PROMPTS[1]), "fixed", draft_max=4)
+        assert done.stats.n_accepted < done.stats.n_drafted and (not tree or drafter.branched)
         context = [*target.tokenize(PROMPTS[1]), *done.tokens]
         after = target.head.sync(context).copy()
     with load(path) as fresh:
@@ -169,6 +205,8 @@ def test_a_target_with_heads_drafts_with_them_by_default(files: Files):
     assert out[""]["tokens"] == out["mtp"]["tokens"] == out["none"]["tokens"]
     chained = json.loads(localspec(*base, "--lookup").stdout)
     assert chained["stats"]["drafter"] == "chain" and chained["tokens"] == out[""]["tokens"]
+    tree = json.loads(localspec(*base, "--draft-branches", "3", "--draft-p-split", "0.05", "--draft-mode", "fixed").stdout)
+    assert tree["stats"]["drafter"] == "mtp" and tree["stats"]["n_accepted"] > 0 and tree["tokens"] == out[""]["tokens"]
 
 
 def test_serve_drafts_with_the_heads_and_answers_what_run_does(files: Files):

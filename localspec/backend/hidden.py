@@ -3,6 +3,7 @@ passes until its MTP head (backend/mtp.py) has taken them in."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,12 @@ class HiddenRows:
         """The rows of the pass `ctx` just ran over n tokens from position `start`."""
         rows = llama_cpp_ext.llama_get_embeddings_nextn(ctx)
         self.put(start, np.ctypeslib.as_array(rows, shape=(n, self.n_embd)))
+
+    def pick(self, ctx: Any, start: int, n: int, rows: Sequence[int]) -> None:
+        """Some `rows` of the tree pass `ctx` just ran over n tokens (an accepted path), kept as
+        positions start.. on."""
+        every = np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(ctx), shape=(n, self.n_embd))
+        self.put(start, every[list(rows)])
 
     def put(self, start: int, rows: np.ndarray) -> None:
         """A pass's rows from position `start` on: what was kept from there on is stale."""

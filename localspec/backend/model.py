@@ -11,7 +11,7 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
-from localspec.backend.batch import SEQ, decode_synced, fill
+from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
@@ -98,12 +98,14 @@ class Model(TokenText):
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
         self.hidden: HiddenRows | None = None
+        self._tree_n = 0  # the last tree pass's tokens
         self.head: MtpHead | None = None
         self.cached: list[int] = []
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces: dict[int, bytes] = {}
         self.threads = options.n_threads
+        self.n_seq_max = options.n_seq_max
         if options.mtp:
             try:
                 self.hidden, self.head = attach_heads(self)
@@ -202,16 +204,7 @@ class Model(TokenText):
             return self._decode_tree(tokens, positions, seq_ids)
 
     def _decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
-        batch = self._batch
-        for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids)):
-            batch.token[i] = tok
-            batch.pos[i] = pos
-            batch.n_seq_id[i] = len(seqs)
-            for j, s in enumerate(seqs):
-                batch.seq_id[i][j] = s
-            batch.logits[i] = True
-        batch.n_tokens = len(tokens)
-        rc = self._llama_decode(len(tokens))
+        rc = self._llama_decode(fill_tree(self._batch, tokens, positions, seq_ids))
         if rc == 2:
             # As in _decode_chunk: drop whatever part of the batch reached the cache, in every sequence.
             llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)
@@ -220,6 +213,7 @@ class Model(TokenText):
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
         if self.hidden is not None:
             self.hidden.cut(min(positions))
+        self._tree_n = len(tokens)
         return self.logits.rows(len(tokens))
 
     def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -228,18 +222,13 @@ class Model(TokenText):
     def drop_seq(self, seq: int, p0: int = -1, p1: int = -1) -> None:
         llama_cpp.llama_memory_seq_rm(self.memory, seq, p0, p1)
 
-    def commit_path(self, seq: int, path: Sequence[int], n_seqs: int) -> None:
+    def commit_path(self, seq: int, path: Sequence[int], n_seqs: int, rows: Sequence[int] = ()) -> None:
         """After a tree pass: make sequence 0 hold `cached` + `path` (the tokens of sequence `seq`
-        right after the cached ones) and free every other sequence's cells."""
-        base = len(self.cached)
-        if seq != SEQ:
-            self.drop_seq(SEQ, base, -1)
-            self.copy_seq(seq, SEQ, base, base + len(path))
-        else:
-            self.drop_seq(SEQ, base + len(path), -1)
-        for s in range(1, n_seqs):
-            self.drop_seq(s)
-        self.cached.extend(path)
+        right after the cached ones) and free every other sequence's cells. `rows`: the tree
+        pass's rows of path's tokens, whose hidden states the MTP heads are to take in."""
+        if self.hidden is not None and rows:
+            self.hidden.pick(self.ctx, len(self.cached), self._tree_n, rows)
+        commit_path(self, seq, path, n_seqs)
 
     def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False) -> int:
         """Make the cache hold exactly `tokens`, evaluating only what is not cached yet; return how

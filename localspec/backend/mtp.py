@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
-from localspec.backend.batch import SEQ, decode_synced, fill
+from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
 from localspec.backend.gguf_file import GGUFInfo
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
@@ -77,6 +77,7 @@ class _Target(Protocol):
     n_vocab: int
     n_ctx: int
     n_batch: int
+    n_seq_max: int
     threads: int
 
 
@@ -89,15 +90,19 @@ def attach_heads(target: _Target) -> tuple[HiddenRows, MtpHead]:
 
 class MtpHead:
     """The MTP context over a target loaded with its heads (ModelOptions.mtp), which the target
-    makes and closes."""
+    makes and closes. Drafting a tree (drafters/tree.py), each branch is a sequence of the head's
+    cache, as of a draft model's, and goes on from the head's own output at its newest token."""
 
     def __init__(self, target: _Target, hidden: HiddenRows) -> None:
         self.target, self.hidden, self.path, self.n_vocab = target, hidden, target.path, target.n_vocab
         self.heads = int(llama_cpp.llama_model_n_layer_nextn(target.model))
         self.n_embd = hidden.n_embd
+        self.n_seq_max = target.n_seq_max
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = target.n_ctx
         cparams.n_batch = cparams.n_ubatch = target.n_batch
+        cparams.n_seq_max = self.n_seq_max
+        cparams.kv_unified = self.n_seq_max > 1
         cparams.n_threads = cparams.n_threads_batch = target.threads
         cparams.no_perf = True
         cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
@@ -109,12 +114,12 @@ class MtpHead:
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, f"{target.path.name} (MTP)")
         self.n_batch = target.n_batch
-        self._batch = llama_cpp.llama_batch_init(self.n_batch, self.n_embd, 1)
+        self._batch = llama_cpp.llama_batch_init(self.n_batch, self.n_embd, self.n_seq_max)
         # A batch made with embeddings has no token array; the MTP graph reads both.
         self._tokens = (llama_cpp.llama_token * self.n_batch)()
         self._batch.token = self._tokens
         self._embd = np.ctypeslib.as_array(self._batch.embd, shape=(self.n_batch, self.n_embd))
-        self._last = 0  # the batch index of the last pass's output row
+        self._state: dict[int, np.ndarray] = {}  # sequence -> the head's output at its newest token
         self.cached: list[int] = []
         self.exact = 0  # leading cached entries made with the target's hidden states
         self.passes = 0
@@ -144,8 +149,7 @@ class MtpHead:
         """Append drafted tokens, each paired with the head's own last hidden state (the target's
         is not known yet): the logits after the last (a draft model's signature; one row always)."""
         for token in tokens:
-            h = llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ctx, self._last)
-            self._decode([token], np.ctypeslib.as_array(h, shape=(1, self.n_embd)))
+            self._decode([token], self._state[SEQ][None])
         return self.logits.rows(1, first=-1)
 
     def _decode(self, tokens: Sequence[int], rows: np.ndarray) -> None:
@@ -154,14 +158,49 @@ class MtpHead:
         base = len(self.cached)
         n = fill(self._batch, tokens, base, every=False)
         self._embd[:n] = rows
-        self.passes += 1
-        rc, seconds = decode_synced(self.ctx, self._batch)
-        self.busy_s += seconds
-        if rc != 0:
+        if (rc := self._run(n)) != 0:
             llama_cpp.llama_memory_seq_rm(self.memory, SEQ, base, -1)
             raise LocalspecError(f"llama_decode failed ({rc}) in the MTP head of {self.path.name} at position {base}")
         self.cached.extend(tokens)
-        self._last = n - 1
+        self._state = {SEQ: self._output(n - 1)}
+
+    def _run(self, n: int) -> int:
+        self.passes += 1
+        rc, seconds = decode_synced(self.ctx, self._batch)
+        self.busy_s += seconds
+        return rc
+
+    def _output(self, row: int) -> np.ndarray:
+        return np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn_ith(self.ctx, row), shape=(self.n_embd,)).copy()
+
+    # --- several sequences (a draft tree) --------------------------------------------------
+    def decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """One pass over each branch's newest token (in one sequence each), paired with the head's
+        output at the token before it in that branch; logits for every token. `cached` keeps
+        describing sequence 0; the caller commits a path after."""
+        if max(positions) >= self.target.n_ctx:
+            raise LocalspecError(f"context is full: {max(positions) + 1} tokens needed, --ctx is {self.target.n_ctx}")
+        n = fill_tree(self._batch, tokens, positions, seq_ids)
+        self._embd[:n] = [self._state[seqs[0]] for seqs in seq_ids]
+        if (rc := self._run(n)) != 0:
+            llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)
+            raise LocalspecError(f"llama_decode failed ({rc}) in the MTP head of {self.path.name} for a draft tree")
+        for i, seqs in enumerate(seq_ids):
+            self._state[seqs[0]] = self._output(i)
+        return self.logits.rows(n)
+
+    def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
+        self._state[dst] = self._state[src]
+
+    def drop_seq(self, seq: int, p0: int = -1, p1: int = -1) -> None:
+        llama_cpp.llama_memory_seq_rm(self.memory, seq, p0, p1)
+
+    def commit_path(self, seq: int, path: Sequence[int], n_seqs: int) -> None:
+        """As the target's: sequence 0 holds `cached` + `path`, the head's own entries (inexact:
+        the next sync makes them again with the target's states)."""
+        self._state = {SEQ: self._state[seq]}
+        commit_path(self, seq, path, n_seqs)
 
     def close(self) -> None:
         if getattr(self, "ctx", None):

@@ -1,11 +1,13 @@
 """The target's own MTP heads draft as a draft model does (drafters/draft_model.py), from the head's
-context (backend/mtp.py): no second model, and no vocabulary of its own."""
+context (backend/mtp.py): no second model, and no vocabulary of its own; with --draft-branches > 1
+as a tree (drafters/tree.py), each branch a sequence of the head's cache."""
 
 from __future__ import annotations
 
 from localspec.backend.mtp import MtpHead
 from localspec.drafters.base import DraftKey
 from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.tree import TreeDrafter
 
 
 class MtpDrafter(DraftModelDrafter):
@@ -14,3 +16,11 @@ class MtpDrafter(DraftModelDrafter):
 
     def __init__(self, head: MtpHead) -> None:
         super().__init__(head)  # type: ignore[arg-type]
+
+
+class MtpTreeDrafter(TreeDrafter):
+    name = "mtp"
+    key = DraftKey("mtp")
+
+    def __init__(self, head: MtpHead, branches: int) -> None:
+        super().__init__(head, branches)  # type: ignore[arg-type]

@@ -42,7 +42,7 @@ class TreeDrafter:
     key = DraftKey("tree")
 
     def __init__(self, model: Model, branches: int = 4, target_vocab: int | None = None) -> None:
-        if branches > model.options.n_seq_max:
+        if branches > model.n_seq_max:
             raise ValueError("the draft context needs n_seq_max >= branches")
         self.model = model
         self.view = DraftView(model, target_vocab)

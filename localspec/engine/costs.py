@@ -15,10 +15,12 @@ draft-model pass (with the call's own overhead) plus a part per further pass."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 LEVEL_RATE = 0.3  # how fast the level follows a new observation
 SHAPE_RATE = 0.15  # how fast a batch size's relative cost does
+LOAD_SHIFT = 0.25  # a pass this much off its estimate moves the level, its width's shape barely
 DRAFT_DECAY = 0.9  # per observed draft call
 # One observation moves an estimate at most this factor: a pass the OS preempted is not the new normal.
 OUTLIER = 2.0
@@ -124,38 +126,66 @@ class _Passes:
             observed = seconds / self.level
             self.shape[batch] = observed if n == 0 or batch not in self.shape else min(observed, self.shape[batch])
         else:
+            surprise = seconds / (self.level * relative)
             self.level += LEVEL_RATE * (_clip(seconds / relative, self.level) - self.level)
+            # A pass far off its estimate is mostly the machine's load changing, which moves every
+            # width alike: were the shape to take its share of it, it would keep that share for
+            # good (level times shape is all a wide pass tells; only one-token passes, rare while
+            # drafting, part them again), and every estimate priced through it would stay off.
+            # It still takes a little, so that a width's figure set wrong at first comes right.
             if batch > 1:
+                rate = SHAPE_RATE if abs(surprise - 1.0) <= LOAD_SHIFT else SHAPE_RATE / 5
                 own = self.shape.get(batch, relative)
-                self.shape[batch] = own + SHAPE_RATE * (_clip(seconds / self.level, own) - own)
+                self.shape[batch] = own + rate * (_clip(seconds / self.level, own) - own)
 
     def _smoothed(self) -> tuple[float, dict[int, float], list[int]]:
-        """The slope of the line through (1, 1) that fits the widths timed (each weighted by its
-        passes), each width's figure shrunk towards it, and the widths in order (kept: the token
-        rule asks for many widths per draft token)."""
+        """The slope wider passes grow by, each width's figure shrunk towards the shape's lines,
+        and the widths in order (kept: the token rule asks for many widths per draft token)."""
         if self._fit is None:
             own = len(self.shape) > 1 or not self.prior
             shape, counts = (self.shape, self.seen) if own else (self.prior, {})
             weight = {b: max(counts.get(b, 1), 1) for b in shape}
-            den = sum(weight[b] * (b - 1) ** 2 for b in shape)
-            slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
-            line = lambda b: 1.0 + slope * (b - 1)  # noqa: E731
+            settled = [b for b in shape if b > 1 and (counts.get(b, 0) >= 2 or not own)]
+            line, tail = _lines(shape, weight, settled)
             smoothed = {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
-            self._fit = slope, smoothed, sorted(smoothed)
+            self._fit = tail, smoothed, sorted(smoothed)
         return self._fit
 
     def relative(self, batch: int) -> float:
-        slope, smoothed, sizes = self._smoothed()
+        tail, smoothed, sizes = self._smoothed()
         if len(smoothed) == 1:
-            return 1.0 + slope * (batch - 1)
+            return 1.0 + tail * (batch - 1)
         if batch in smoothed:
             return smoothed[batch]
         if batch > sizes[-1]:
-            return smoothed[sizes[-1]] + slope * (batch - sizes[-1])
+            return smoothed[sizes[-1]] + tail * (batch - sizes[-1])
         i = bisect_left(sizes, batch)
         lo, hi = sizes[i - 1], sizes[i]
         w = (batch - lo) / (hi - lo)
         return smoothed[lo] * (1 - w) + smoothed[hi] * w
+
+
+def _lines(shape: dict[int, float], weight: dict[int, int], wide: list[int]) -> tuple[Callable[[int], float], float]:
+    """The shape's prior for each width and the slope beyond the widest, from two weighted fits:
+    the line through (1, 1), and the line through the `wide` widths alone (those timed at least
+    twice, as a width's own figure is: one slow pass at a width never timed before is noise as
+    often as it is the shape). A CPU's passes grow faster once they are wide (on the testbed 1, 3,
+    5 and 9 tokens cost 1, 1.36, 2.04 and 3.19x): the line through (1, 1), fitted mostly on
+    3-token passes, priced a 9-token one at 2.4x, so drafts grew past what paid until wide passes
+    had been timed again and again. A GPU's passes stay flat, and both lines with them. The wide
+    line's slope is held to twice the other's, so two near widths timed at noisy moments cannot
+    price every longer draft out."""
+    den = sum(weight[b] * (b - 1) ** 2 for b in shape)
+    slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
+    steep, start = slope, 1.0
+    if len(wide) >= 2:
+        total = sum(weight[b] for b in wide)
+        mean_b = sum(weight[b] * b for b in wide) / total
+        mean_r = sum(weight[b] * shape[b] for b in wide) / total
+        spread = sum(weight[b] * (b - mean_b) ** 2 for b in wide)
+        steep = min(max(sum(weight[b] * (b - mean_b) * (shape[b] - mean_r) for b in wide) / spread, slope), 2 * slope)
+        start = mean_r - steep * (mean_b - 1)
+    return (lambda b: max(1.0 + slope * (b - 1), start + steep * (b - 1))), steep
 
 
 @dataclass

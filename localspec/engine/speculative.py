@@ -277,7 +277,7 @@ class SpeculativeEngine:
         token, the tree's depth, the pass's logits)."""
         target, ctx = self.target, run.ctx
         layout = TreeLayout.build(draft.parents or [])
-        if layout.n_seqs > target.options.n_seq_max:
+        if layout.n_seqs > target.n_seq_max:
             raise LocalspecError(f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences")
         for s in range(1, layout.n_seqs):
             target.copy_seq(0, s)  # every branch sees the whole context
@@ -296,5 +296,5 @@ class SpeculativeEngine:
         self._shape(run, logits, draft)
         path, token = verify_tree(logits, draft.tokens, layout, run.config.sampling, run.rng, run.coupling, len(ctx))
         seq = layout.node_seqs[path[-1]][0] if path else 0
-        target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs)
+        target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs, rows=[0, *(i + 1 for i in path)])
         return path, token, max(layout.depth), logits

@@ -13,7 +13,7 @@ from localspec.datastore.store import Meta
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.drafters.mtp import MtpDrafter
+from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import Memory, SuffixDrafter
 from localspec.drafters.suffix_cache import LOAD_WAIT_S, SuffixCache, cache_file
@@ -25,16 +25,14 @@ DRAFTERS = ("none", "ngram", "suffix", "draft-model", "mtp", "tree", "chain")
 
 
 def default_drafter(has_draft: bool, settings: Settings, heads: bool = False) -> str:
-    """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model
-    (a tree with --draft-branches > 1), or else the target's own MTP heads (`heads`), chained after
+    """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model,
+    or else the target's own MTP heads (`heads`), a tree with --draft-branches > 1, chained after
     prompt lookup when --lookup or --datastore asks for it."""
     drafts = has_draft or heads
     lookup = settings.lookup if settings.lookup is not None else not drafts or bool(settings.datastore)
-    if has_draft:
-        return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model"
-    if heads:
-        return "chain" if lookup else "mtp"
-    return settings.lookup_via if lookup else "none"
+    if not drafts:
+        return settings.lookup_via if lookup else "none"
+    return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model" if has_draft else "mtp"
 
 
 def make_drafter(
@@ -48,16 +46,17 @@ def make_drafter(
         return NgramDrafter()
     if kind == "suffix":
         return SuffixDrafter(memory, settings.draft_branches, stores)
-    if draft is None and target.head is not None and kind != "tree":
-        # The target's heads stand in for a draft model; they draft chains only.
-        model: Drafter = MtpDrafter(target.head)
+    trees = kind == "tree" or (kind == "chain" and settings.draft_branches > 1)
+    if trees and settings.draft_branches < 2:
+        raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
+    if draft is None and target.head is not None:
+        # The target's heads stand in for a draft model.
+        model: Drafter = MtpTreeDrafter(target.head, settings.draft_branches) if trees else MtpDrafter(target.head)
     elif kind == "mtp":
         raise LocalspecError(f"drafting with the target's MTP heads needs them loaded ({target.path.name} was not: -d mtp)")
     elif draft is None:
         raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
-    elif kind == "tree" or (kind == "chain" and settings.draft_branches > 1):
-        if settings.draft_branches < 2:
-            raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
+    elif trees:
         model = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
     else:
         model = DraftModelDrafter(draft, target.n_vocab)

@@ -163,8 +163,8 @@ def load_models(
     if remote is not None and len(split) > len(remote):
         flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
         raise LocalspecError(f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', then the local GPUs')")
-    # Tree drafting keeps each branch in a sequence of its own, in target and draft alike.
-    trees = files.draft is not None or settings.lookup_via == "suffix"
+    # Tree drafting keeps each branch in a sequence of its own, in target and draft (or heads) alike.
+    trees = files.draft is not None or settings.lookup_via == "suffix" or bool(heads)
     n_seq_max = settings.draft_branches if trees else 1
     slots = settings.slots if serving else 0
     threads = settings.threads or cores
