@@ -12,7 +12,10 @@ greedy acceptance is high but not perfect.
 
 glm4moe's NextN block is a mixture-of-experts layer: one routed expert (sigmoid gate, weights
 normalised, so its weight is exactly 1) holds the first block's FFN, and the shared expert's down
-projection is zero. The main blocks are dense (`leading_dense_block_count` is their number)."""
+projection is zero. The main blocks are dense (`leading_dense_block_count` is their number).
+
+`CountingTree` is the heads' tree drafter counting the drafts that branched, so that a tree test
+can tell it tested trees."""
 
 from __future__ import annotations
 
@@ -22,6 +25,9 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+
+from localspec.drafters.base import Draft
+from localspec.drafters.mtp import MtpTreeDrafter
 
 ARCH = "glm4moe"
 
@@ -135,3 +141,12 @@ def write_mtp_model(path: Path, spec: MtpSpec, vocabulary: Vocabulary, name: str
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+class CountingTree(MtpTreeDrafter):
+    branched = 0  # drafts with a node of two children or more
+
+    def propose(self, *args, **kwargs) -> Draft:
+        draft = super().propose(*args, **kwargs)
+        self.branched += draft.parents is not None and len(set(draft.parents)) < len(draft.parents)
+        return draft

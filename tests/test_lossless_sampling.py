@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import model_options
-from mtp_model import MtpSpec, write_mtp_model
+from mtp_model import CountingTree, MtpSpec, write_mtp_model
 from scipy import stats
 from tiny_models import TinySpec, tiny_vocabulary, vocabulary, write_tiny_llama
 
@@ -37,10 +37,10 @@ from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
 from localspec.datastore import store
 from localspec.datastore.store import Datastore, Meta, SourceFile
-from localspec.drafters.base import Draft, DraftSettings
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
-from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
+from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_cache import SuffixCache
@@ -489,15 +489,7 @@ def mtp(tmp_path_factory: pytest.TempPathFactory):
 def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, profile, mtp):
     target, prompt = mtp
     assert target.head is not None
-    branched = []
-
-    class Tree(MtpTreeDrafter):
-        def propose(self, *args, **kwargs) -> Draft:
-            draft = super().propose(*args, **kwargs)
-            branched.append(draft.parents is not None and len(set(draft.parents)) < len(draft.parents))
-            return draft
-
-    heads = Tree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
+    heads = CountingTree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
     drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads
     engine = SpeculativeEngine(target, drafter, case.mode, SimulatedClock(profile) if profile else None)
     joint = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)
@@ -509,7 +501,7 @@ def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, 
     if case.mode == "auto":
         assert sum(c for (k, _), c in first_step.items() if 0 < k < DRAFT_MAX) > N_DRAWS // 20, first_step
     if case.mode == "tree":
-        assert sum(branched) > N_DRAWS // 20  # the head's trees branched
+        assert heads.branched > N_DRAWS // 20  # the head's trees branched
     first: Counter = Counter()
     for k, c in counts.items():
         first[k[:1]] += c

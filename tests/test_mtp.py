@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cli_helpers import assert_one_line_error, localspec
 from conftest import assert_greedy_equivalent, model_options
-from mtp_model import MtpSpec, write_mtp_model
+from mtp_model import CountingTree, MtpSpec, write_mtp_model
 from server_helpers import start
 from tiny_models import tiny_vocabulary
 
@@ -20,9 +20,9 @@ from localspec.backend.gguf_file import GGUFInfo, TensorInfo, check_gguf
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.model import Model
 from localspec.backend.mtp import check_heads, drafts_itself, head_count
-from localspec.drafters.base import Draft, DraftSettings
+from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
-from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
+from localspec.drafters.mtp import MtpDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
@@ -58,18 +58,9 @@ def load(path: Path, n_seq_max: int = 1) -> Model:
     return Model(path, replace(model_options(), mtp=True, n_seq_max=n_seq_max))
 
 
-class Tree(MtpTreeDrafter):
-    """The head's tree drafter, counting the drafts that branched."""
-
-    def __init__(self, target: Model) -> None:
-        assert target.head is not None
-        super().__init__(target.head, BRANCHES)
-        self.branched = 0
-
-    def propose(self, *args, **kwargs) -> Draft:
-        draft = super().propose(*args, **kwargs)
-        self.branched += draft.parents is not None and len(set(draft.parents)) < len(draft.parents)
-        return draft
+def tree_of(target: Model) -> CountingTree:
+    assert target.head is not None
+    return CountingTree(target.head, BRANCHES)
 
 
 def generate(engine: SpeculativeEngine, prompt: list[int], mode: str, n: int = 48, draft_max: int = 6):
@@ -113,7 +104,7 @@ def test_greedy_output_with_the_heads_is_the_target_alones(files: Files, name: s
 @pytest.mark.parametrize("mode", ["fixed", "auto"])
 def test_greedy_output_with_the_heads_tree_is_the_target_alones(files: Files, name: str, mode: str):
     with load(getattr(files, name), BRANCHES) as target:
-        tree = Tree(target)
+        tree = tree_of(target)
         engine, alone = SpeculativeEngine(target, tree, mode), SpeculativeEngine(target, None)
         for text in PROMPTS:
             prompt = target.tokenize(text)
@@ -146,7 +137,7 @@ def test_the_heads_cache_follows_the_target_through_rejections(files: Files, nam
     path = getattr(files, name)
     with load(path, BRANCHES if tree else 1) as target:
         assert target.head is not None
-        drafter = Tree(target) if tree else MtpDrafter(target.head)
+        drafter = tree_of(target) if tree else MtpDrafter(target.head)
         done = generate(SpeculativeEngine(target, drafter, "mtp"), target.tokenize(PROMPTS[1]), "fixed", draft_max=4)
         assert done.stats.n_accepted < done.stats.n_drafted and (not tree or drafter.branched)
         context = [*target.tokenize(PROMPTS[1]), *done.tokens]

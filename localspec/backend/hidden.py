@@ -28,14 +28,16 @@ class HiddenRows:
 
     def read(self, ctx: Any, start: int, n: int) -> None:
         """The rows of the pass `ctx` just ran over n tokens from position `start`."""
-        rows = llama_cpp_ext.llama_get_embeddings_nextn(ctx)
-        self.put(start, np.ctypeslib.as_array(rows, shape=(n, self.n_embd)))
+        self.put(start, self._rows(ctx, n))
 
-    def pick(self, ctx: Any, start: int, n: int, rows: Sequence[int]) -> None:
-        """Some `rows` of the tree pass `ctx` just ran over n tokens (an accepted path), kept as
+    def pick(self, ctx: Any, start: int, rows: Sequence[int]) -> None:
+        """Some `rows` of the tree pass `ctx` just ran (an accepted path, in order), kept as
         positions start.. on."""
-        every = np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(ctx), shape=(n, self.n_embd))
-        self.put(start, every[list(rows)])
+        self.put(start, self._rows(ctx, max(rows) + 1)[list(rows)])
+
+    def _rows(self, ctx: Any, n: int) -> np.ndarray:
+        """A view of the first n rows of the last pass: put() copies what it keeps."""
+        return np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn(ctx), shape=(n, self.n_embd))
 
     def put(self, start: int, rows: np.ndarray) -> None:
         """A pass's rows from position `start` on: what was kept from there on is stale."""

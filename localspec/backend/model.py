@@ -98,7 +98,6 @@ class Model(TokenText):
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
         self.hidden: HiddenRows | None = None
-        self._tree_n = 0  # the last tree pass's tokens
         self.head: MtpHead | None = None
         self.cached: list[int] = []
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
@@ -213,7 +212,6 @@ class Model(TokenText):
             raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
         if self.hidden is not None:
             self.hidden.cut(min(positions))
-        self._tree_n = len(tokens)
         return self.logits.rows(len(tokens))
 
     def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
@@ -227,7 +225,7 @@ class Model(TokenText):
         right after the cached ones) and free every other sequence's cells. `rows`: the tree
         pass's rows of path's tokens, whose hidden states the MTP heads are to take in."""
         if self.hidden is not None and rows:
-            self.hidden.pick(self.ctx, len(self.cached), self._tree_n, rows)
+            self.hidden.pick(self.ctx, len(self.cached), rows)
         commit_path(self, seq, path, n_seqs)
 
     def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False) -> int:
