@@ -4,9 +4,10 @@ what the target will (tests/mtp_model.py), at SmolLM2-135M's width and with its 
 ordinary prompts work, and a main pass costing ~6x a head pass, as the heavy testbed's target costs
 ~6x its draft.
 
-    python benchmarks/make_mtp_testbed.py DIR [--layers 48] [--noise 0.025] [--check 3]
+    python benchmarks/make_mtp_testbed.py DIR [--layers 48] [--noise 0.025] [--heads 1] [--check 3]
 
-writes DIR/mtp-heavy.gguf (F16). The tokenizer is read from the testbed's draft (DIR/draft-q4_1.gguf,
+writes DIR/mtp-heavy.gguf (F16); with --heads N > 1, DIR/mtp-heavy-Nheads.gguf, of llama.cpp's
+mimo2 (whose N heads are chained, each drafting its own depth), every head a copy of the block. The tokenizer is read from the testbed's draft (DIR/draft-q4_1.gguf,
 from make_testbed.py) or the demo model. The weights are random: its text is no language, but it is
 greedy-stable and the head's acceptance is known. After writing, the script checks on a few prompts
 how often the head's greedy drafts are accepted (--check N prompts, 0 to skip), and the cost of a
@@ -93,6 +94,7 @@ def main() -> None:
     ap.add_argument("dir", type=Path)
     ap.add_argument("--layers", type=int, default=48, help="main blocks (the first real, the rest no-ops)")
     ap.add_argument("--noise", type=float, default=0.025, help="relative noise on the head's copy of the block")
+    ap.add_argument("--heads", type=int, default=1, help="NextN heads (more than one: a mimo2 target, its heads chained)")
     ap.add_argument("--check", type=int, default=3, help="prompts to check the head's acceptance on (0: none)")
     ap.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer to copy (default: DIR/draft-q4_1.gguf, or the demo model)")
     args = ap.parse_args()
@@ -102,11 +104,13 @@ def main() -> None:
 
         source = embedded_model()
     args.dir.mkdir(parents=True, exist_ok=True)
-    out = args.dir / "mtp-heavy.gguf"
+    chained = args.heads > 1
+    out = args.dir / (f"mtp-heavy-{args.heads}heads.gguf" if chained else "mtp-heavy.gguf")
     spec = MtpSpec(seed=7, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_layer=args.layers, n_ctx=8192,
-                   logit_scale=0.15, head_noise=args.noise, f16=True)
+                   logit_scale=0.15, head_noise=args.noise, f16=True, arch="mimo2" if chained else "glm4moe",
+                   heads=args.heads, claimed_heads=args.heads)
     write_mtp_model(out, spec, smollm2_vocabulary(source), name="mtp-heavy")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): {args.layers} main blocks, one head, tokenizer of {source.name}")
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): {args.layers} main blocks, {args.heads} head(s), tokenizer of {source.name}")
     if args.check:
         check(out, args.check)
 

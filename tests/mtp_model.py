@@ -29,8 +29,6 @@ import numpy as np
 from localspec.drafters.base import Draft
 from localspec.drafters.mtp import MtpTreeDrafter
 
-ARCH = "glm4moe"
-
 
 @dataclass(frozen=True)
 class MtpSpec:
@@ -46,8 +44,15 @@ class MtpSpec:
     # How much of the target's hidden state the head adds to the token's embedding: 0 keeps the
     # head exact; more makes what it predicts depend on being handed the right states.
     h_weight: float = 0.0
-    claimed_heads: int = 1  # the header's nextn_predict_layers (the file holds one head)
+    claimed_heads: int = 1  # the header's nextn_predict_layers (the file holds `heads`)
     f16: bool = False
+    # "glm4moe" (one head: llama.cpp runs no more for it) or "mimo2", whose several heads this
+    # llama.cpp chains, each drafting its own depth.
+    arch: str = "glm4moe"
+    heads: int = 1
+    # Heads whose block is a random one, not the first block's copy: their drafts are mostly
+    # rejected, which tells which head drafted a depth.
+    random_heads: tuple[int, ...] = ()
 
 
 Vocabulary = Callable[[gguf.GGUFWriter], int]  # writes the tokenizer's keys, returns the vocabulary size
@@ -72,33 +77,49 @@ def _weights(spec: MtpSpec, n_vocab: int) -> dict[str, np.ndarray]:
     embd = rng.standard_normal((n_vocab, e)).astype(np.float32)
     embd /= np.sqrt((embd**2).mean(axis=1, keepdims=True))
     out = (rng.standard_normal((n_vocab, e)) * spec.logit_scale).astype(np.float32)
-    ones = np.ones(e, dtype=np.float32)
-    w = {"token_embd.weight": embd, "output_norm.weight": ones, "output.weight": out}
+    w = {"token_embd.weight": embd, "output_norm.weight": np.ones(e, dtype=np.float32), "output.weight": out}
     real = _block(rng, spec)
     for i in range(spec.n_layer):
         block = real if i == 0 else _block(rng, spec)
         if i:
             block["attn_output"] = np.zeros_like(block["attn_output"])
             block["ffn_down"] = np.zeros_like(block["ffn_down"])
-        w.update({f"blk.{i}.{name}.weight": value for name, value in block.items()})
-        w[f"blk.{i}.attn_norm.weight"] = ones
-        w[f"blk.{i}.post_attention_norm.weight"] = ones
-    head = {name: value + spec.head_noise * np.std(value) * rng.standard_normal(value.shape).astype(np.float32)
-            for name, value in real.items()}
-    n = spec.n_layer
-    p = f"blk.{n}."
-    for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-        w[p + name + ".weight"] = head[name]
-    w[p + "attn_norm.weight"] = ones
-    w[p + "post_attention_norm.weight"] = ones
-    w[p + "ffn_gate_inp.weight"] = np.zeros((1, e), dtype=np.float32)
-    w[p + "exp_probs_b.bias"] = np.zeros(1, dtype=np.float32)
-    w[p + "ffn_gate_exps.weight"] = head["ffn_gate"][None]
-    w[p + "ffn_up_exps.weight"] = head["ffn_up"][None]
-    w[p + "ffn_down_exps.weight"] = head["ffn_down"][None]
-    w[p + "ffn_gate_shexp.weight"] = head["ffn_gate"]
-    w[p + "ffn_up_shexp.weight"] = head["ffn_up"]
-    w[p + "ffn_down_shexp.weight"] = np.zeros_like(head["ffn_down"])
+        w.update(_named(f"blk.{i}.", block, spec.arch))
+    for k in range(spec.heads):
+        copied = _block(rng, spec) if k in spec.random_heads else real
+        head = {name: value + spec.head_noise * np.std(value) * rng.standard_normal(value.shape).astype(np.float32)
+                for name, value in copied.items()}
+        w.update(_head(f"blk.{spec.n_layer + k}.", head, spec))
+    return w
+
+
+def _named(p: str, block: dict[str, np.ndarray], arch: str) -> dict[str, np.ndarray]:
+    """A dense block's tensors under the architecture's names (mimo2 fuses q, k and v)."""
+    ones = np.ones(block["attn_q"].shape[1], dtype=np.float32)
+    w = {p + "attn_norm.weight": ones, p + "attn_output.weight": block["attn_output"]}
+    if arch == "mimo2":
+        w[p + "attn_qkv.weight"] = np.concatenate([block["attn_q"], block["attn_k"], block["attn_v"]])
+        w[p + "ffn_norm.weight"] = ones
+    else:
+        w.update({p + f"attn_{x}.weight": block[f"attn_{x}"] for x in "qkv"})
+        w[p + "post_attention_norm.weight"] = ones
+    w.update({p + f"{name}.weight": block[name] for name in ("ffn_gate", "ffn_up", "ffn_down")})
+    return w
+
+
+def _head(p: str, head: dict[str, np.ndarray], spec: MtpSpec) -> dict[str, np.ndarray]:
+    e = spec.n_embd
+    ones = np.ones(e, dtype=np.float32)
+    w = _named(p, head, spec.arch)
+    if spec.arch == "glm4moe":  # its NextN block is a mixture of experts: the dense FFN as the one expert
+        for name in ("ffn_gate", "ffn_up", "ffn_down"):
+            del w[p + f"{name}.weight"]
+            w[p + f"{name}_exps.weight"] = head[name][None]
+        w[p + "ffn_gate_inp.weight"] = np.zeros((1, e), dtype=np.float32)
+        w[p + "exp_probs_b.bias"] = np.zeros(1, dtype=np.float32)
+        w[p + "ffn_gate_shexp.weight"] = head["ffn_gate"]
+        w[p + "ffn_up_shexp.weight"] = head["ffn_up"]
+        w[p + "ffn_down_shexp.weight"] = np.zeros_like(head["ffn_down"])
     eh = np.zeros((e, 2 * e), dtype=np.float32)
     eh[:, :e] = np.eye(e, dtype=np.float32)
     eh[:, e:] = spec.h_weight * np.eye(e, dtype=np.float32)
@@ -111,22 +132,27 @@ def _weights(spec: MtpSpec, n_vocab: int) -> dict[str, np.ndarray]:
 
 def write_mtp_model(path: Path, spec: MtpSpec, vocabulary: Vocabulary, name: str = "mtp-test") -> Path:
     """Write the model with the tokenizer `vocabulary` writes (tiny_models' or a real model's)."""
-    w = gguf.GGUFWriter(str(path), ARCH)
+    w = gguf.GGUFWriter(str(path), spec.arch)
     w.add_name(name)
     n_vocab = vocabulary(w)
-    w.add_block_count(spec.n_layer + 1)  # the head is the last block
+    w.add_block_count(spec.n_layer + spec.heads)  # the heads are the last blocks
     w.add_nextn_predict_layers(spec.claimed_heads)
-    w.add_leading_dense_block_count(spec.n_layer)
     w.add_context_length(spec.n_ctx)
     w.add_embedding_length(spec.n_embd)
     w.add_feed_forward_length(spec.n_ff)
     w.add_expert_feed_forward_length(spec.n_ff)
-    w.add_expert_count(1)
-    w.add_expert_used_count(1)
-    w.add_expert_shared_count(1)
-    w.add_expert_weights_scale(1.0)
-    w.add_expert_weights_norm(True)
-    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    if spec.arch == "glm4moe":
+        w.add_leading_dense_block_count(spec.n_layer)
+        w.add_expert_count(1)
+        w.add_expert_used_count(1)
+        w.add_expert_shared_count(1)
+        w.add_expert_weights_scale(1.0)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    else:
+        # mimo2 has sliding-window layers: the no-op blocks are, a window as long as the context.
+        w.add_sliding_window(spec.n_ctx)
+        w.add_sliding_window_pattern([0 < i < spec.n_layer for i in range(spec.n_layer + spec.heads)])
     w.add_head_count(spec.n_head)
     w.add_head_count_kv(spec.n_head_kv)
     w.add_rope_dimension_count(spec.n_embd // spec.n_head)

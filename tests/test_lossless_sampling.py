@@ -470,24 +470,48 @@ MTP_CASES = (
     (Case("tree", "same", True, False), None),
     *((Case("auto", vocab, i % 2 == 0, i % 2 == 1), profile) for i, (vocab, profile) in enumerate(AUTO_PROFILES.items())),
 )
-MTP_ALPHA = FAMILY_ALPHA / (2 * len(MTP_CASES))
+# Three such heads chained, each drafting its own depth (mimo2), at a fixed length and under auto.
+MTP_CHAINED_CASES = ((Case("fixed", "same", True, True), None), (Case("auto", "same", False, False), CPU_SHAPE))
+MTP_ALPHA = FAMILY_ALPHA / (2 * (len(MTP_CASES) + len(MTP_CHAINED_CASES)))
+
+
+def _mtp_target(folder: Path, spec: MtpSpec):
+    """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
+    options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)  # a tree's branches: sequences of target and head
+    target = Model(write_mtp_model(folder / "mtp.gguf", spec, tiny_vocabulary), options)
+    start = target.tokenize(PROMPT)
+    greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
+    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
+    return target, [*start, *done.tokens, *start[1:]]
 
 
 @pytest.fixture(scope="module")
 def mtp(tmp_path_factory: pytest.TempPathFactory):
-    """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
-    options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)  # a tree's branches: sequences of target and head
-    target = Model(write_mtp_model(tmp_path_factory.mktemp("mtp") / "mtp.gguf", MTP_SPEC, tiny_vocabulary), options)
-    start = target.tokenize(PROMPT)
-    greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
-    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
-    yield target, [*start, *done.tokens, *start[1:]]
+    target, prompt = _mtp_target(tmp_path_factory.mktemp("mtp"), MTP_SPEC)
+    yield target, prompt
+    target.close()
+
+
+@pytest.fixture(scope="module")
+def mtp_chained(tmp_path_factory: pytest.TempPathFactory):
+    target, prompt = _mtp_target(tmp_path_factory.mktemp("mtp"), replace(MTP_SPEC, arch="mimo2", heads=3, claimed_heads=3))
+    yield target, prompt
     target.close()
 
 
 @pytest.mark.parametrize("case,profile", MTP_CASES, ids=lambda v: v.id.replace("same", "mtp") if isinstance(v, Case) else None)
 def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, profile, mtp):
-    target, prompt = mtp
+    _check_mtp(case, profile, *mtp)
+
+
+@pytest.mark.parametrize("case,profile", MTP_CHAINED_CASES, ids=lambda v: v.id.replace("same", "chained") if isinstance(v, Case) else None)
+def test_sampled_output_drafted_by_several_chained_heads_is_the_targets(case: Case, profile, mtp_chained):
+    target, prompt = mtp_chained
+    assert target.head is not None and target.head.heads == 3
+    _check_mtp(case, profile, target, prompt)
+
+
+def _check_mtp(case: Case, profile, target: Model, prompt: list[int]) -> None:
     assert target.head is not None
     heads = CountingTree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
     drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads

@@ -1,5 +1,5 @@
 """A target's last hidden states by position (llama.cpp's `embeddings_nextn` rows), kept from its
-passes until its MTP head (backend/mtp.py) has taken them in."""
+passes until its MTP heads (backend/mtp.py) have taken them in."""
 
 from __future__ import annotations
 
@@ -55,17 +55,18 @@ class HiddenRows:
             self.blocks[-1] = (at, rows[: start - at])
 
     def take(self, start: int, stop: int) -> np.ndarray:
-        """Rows start..stop-1, zeros where unknown (before the first position, or not kept); rows
-        before stop - 1 are dropped, no later call needing them."""
+        """Rows start..stop-1, zeros where unknown (before the first position, or not kept)."""
         out = np.zeros((stop - start, self.n_embd), dtype=np.float32)
         for at, rows in self.blocks:
             lo, hi = max(start, at), min(stop, at + len(rows))
             if lo < hi:
                 out[lo - start : hi - start] = rows[lo - at : hi - at]
-        keep = stop - 1
+        return out
+
+    def release(self, keep: int) -> None:
+        """Rows before `keep` are dropped: no head will take them in again."""
         while self.blocks and self.blocks[0][0] + len(self.blocks[0][1]) <= keep:
             self.blocks.pop(0)
         if self.blocks and self.blocks[0][0] < keep:
             at, rows = self.blocks[0]
             self.blocks[0] = (keep, rows[keep - at :])
-        return out

@@ -18,7 +18,7 @@ from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.mtp import check_heads, drafts_itself
+from localspec.backend.mtp_archs import check_heads, drafts_itself
 from localspec.backend.vocab import check_special_tokens, check_token_texts
 from localspec.backend.weights import OutOfMemory
 from localspec.config import defaults
