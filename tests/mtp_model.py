@@ -1,5 +1,6 @@
-"""A GGUF of an MTP architecture (llama.cpp's glm4moe) whose NextN head predicts what the main model
-will: the test model and the benchmark testbed for drafting with the target's own heads.
+"""A GGUF of an MTP architecture (llama.cpp's glm4moe, or mimo2 for several heads) whose NextN heads
+predict what the main model will: the test model and the benchmark testbed for drafting with the
+target's own heads.
 
 The main model's real work is its first block; the blocks after it are no-ops (their attention
 output and FFN down projections are zero), which cost a real block's compute each, so a main pass
@@ -10,6 +11,7 @@ computes there, one position ahead of the target. The embedding rows have RMS 1,
 `enorm` leaves them as they are. `head_noise` perturbs the head's copy of the block, so that its
 greedy acceptance is high but not perfect.
 
+mimo2's heads are dense blocks, each a copy of the first (or a random block, `random_heads`).
 glm4moe's NextN block is a mixture-of-experts layer: one routed expert (sigmoid gate, weights
 normalised, so its weight is exactly 1) holds the first block's FFN, and the shared expert's down
 projection is zero. The main blocks are dense (`leading_dense_block_count` is their number).

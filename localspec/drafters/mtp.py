@@ -1,6 +1,7 @@
-"""The target's own MTP heads draft as a draft model does (drafters/draft_model.py), from the head's
-context (backend/mtp.py): no second model, and no vocabulary of its own; with --draft-branches > 1
-as a tree (drafters/tree.py), each branch a sequence of the head's cache."""
+"""The target's own MTP heads draft as a draft model does (drafters/draft_model.py), from the heads'
+contexts (backend/mtp.py; several heads chained, each its own depth): no second model, and no
+vocabulary of its own; with --draft-branches > 1 as a tree (drafters/tree.py), each branch a
+sequence of the first head's cache."""
 
 from __future__ import annotations
 
