@@ -59,8 +59,8 @@ def separate_processes(a: argparse.Namespace) -> None:
     try:
         for r in range(a.repeat):
             tps, fewest = ours(a.target, a.n)
-            row = {"localspec": tps, "fewest_threads": fewest, f"native -t {cores}": llama_bench(a.native, a.target, a.n, cores, 1),
-                   "native -t 1": llama_bench(a.native, a.target, a.n, 1, 1)}
+            row = {"localspec": tps, "fewest_threads": fewest, f"native -t {cores}": llama_bench(a.native, a.target, a.n, cores, repeats=1),
+                   "native -t 1": llama_bench(a.native, a.target, a.n, 1, repeats=1)}
             rows.append(row)
             print(f"busy #{r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     finally:

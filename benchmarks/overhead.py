@@ -11,7 +11,7 @@ auto; prompt lookup), every generation's wall time is split into what llama_deco
 and draft) and the rest: the engine's own work, reported per step, per drafted
 token and per verified position, beside the mean pass times (Model.busy_s: on a CPU a pass is
 done when its llama_decode returns). The target alone's tokens/s stands
-beside llama-bench's (`-n N -p 0`, same threads) and llama-cpp-python's `create_completion` (whose
+beside llama-bench's (`-n N -p 0 -d D`, same threads, D the prompts' median length) and llama-cpp-python's `create_completion` (whose
 sampling runs in C) on the same model, run in the same minutes. Load: `localspec run`'s load_s
 against `Llama()`'s in a fresh process each, the same file, in alternating order (medians of 3)."""
 
@@ -53,10 +53,13 @@ MODES = {  # name: (drafter, sampling, draft mode)
 FOLDERS = {"49k": ".", "152k": "v152k", "262k": "v262k"}
 
 
-def llama_bench(native: Path, model: Path, n: int, threads: int, repeats: int = 2) -> float:
-    """Native llama.cpp's decode tokens/s (llama-bench's tg test)."""
+def llama_bench(native: Path, model: Path, n: int, threads: int, depth: int = 0, repeats: int = 2) -> float:
+    """Native llama.cpp's decode tokens/s (llama-bench's tg test) after `depth` tokens of context:
+    a pass attends to what is cached, so a decode from an empty context is faster than one after a
+    prompt (at 262k here, 35 tok/s at depth 0 against 29.5 at depth 300)."""
     out = subprocess.run(
-        [str(native / "llama-bench"), "-m", str(model), "-n", str(n), "-p", "0", "-t", str(threads), "-r", str(repeats), "-o", "json"],
+        [str(native / "llama-bench"), "-m", str(model), "-n", str(n), "-p", "0", "-d", str(depth), "-t", str(threads),
+         "-r", str(repeats), "-o", "json"],
         capture_output=True, text=True, timeout=900, check=True,
     ).stdout
     return float(json.loads(out)[0]["avg_ts"])
@@ -133,8 +136,10 @@ def main() -> None:
         opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
         target, draft = Model(target_path, opts), Model(draft_path, opts)
         drafters = {"none": None, "draft": DraftModelDrafter(draft, target.n_vocab), "ngram": NgramDrafter()}
+        # Native decodes after as many tokens as the median prompt here holds.
+        depth = int(statistics.median(len(prompt_tokens(target, p.text, raw=False)) for p in prompts))
         for r in range(a.repeat):
-            native = llama_bench(a.native, target_path, a.n, threads)
+            native = llama_bench(a.native, target_path, a.n, threads, depth)
             rows.append({"width": width, "kind": "native", "repeat": r, "tokens_per_second": native})
             for p in prompts:
                 tokens = prompt_tokens(target, p.text, raw=False)

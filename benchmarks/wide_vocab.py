@@ -102,7 +102,8 @@ def main() -> None:
     ap.add_argument("testbed", type=Path)
     ap.add_argument("--widths", default="152064,262144")
     args = ap.parse_args()
-    sources = sorted(p for p in args.testbed.glob("*.gguf"))
+    # The MTP testbed (make_mtp_testbed.py) shares the folder; its output matrix is not tied.
+    sources = sorted(p for p in args.testbed.glob("*.gguf") if not p.name.startswith("mtp-"))
     if not sources:
         raise SystemExit(f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first")
     for width in (int(w) for w in args.widths.split(",")):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from localspec.engine.costs import LiveCosts
-from localspec.engine.threads import MAX_BACKOFF, PROBE_EVERY, ThreadGovernor
+from localspec.engine.threads import MAX_BACKOFF, PROBE_EVERY, TRIAL, ThreadGovernor
 
 IDLE = {2: 0.10, 1: 0.18}  # seconds of a one-token pass per thread count, idle
 BUSY = {2: 1.50, 1: 0.20}  # and with another process on one core
@@ -54,6 +54,24 @@ def test_an_idle_machine_gets_its_threads_back():
     assert governor.current == 1
     counts = _run(governor, IDLE, PROBE_EVERY * MAX_BACKOFF + 20, live)
     assert counts[-1] == 2 and governor.current == 2
+
+
+def test_an_idle_machine_gets_its_threads_back_as_soon_as_the_others_load_falls():
+    """After a long busy spell the wait between tries has grown to hundreds of passes; other
+    processes' load, read at a reduced count, says when the machine is idle again."""
+    load = [1.0]
+    governor, live = ThreadGovernor(2, lambda n: None, others=lambda: load[0]), LiveCosts()
+    _run(governor, IDLE, 10, live)
+    _run(governor, BUSY, 600, live)
+    assert governor.current == 1 and governor.backoff == MAX_BACKOFF
+    load[0] = 0.0
+    counts = _run(governor, IDLE, 2 * PROBE_EVERY + TRIAL, live)
+    assert counts[-1] == 2 and counts.index(2) <= 2 * PROBE_EVERY  # not PROBE_EVERY * MAX_BACKOFF
+    # Where the load cannot be read the waits stand.
+    governor, live = ThreadGovernor(2, lambda n: None), LiveCosts()
+    _run(governor, IDLE, 10, live)
+    _run(governor, BUSY, 600, live)
+    assert set(_run(governor, IDLE, 2 * PROBE_EVERY + TRIAL, live)) == {1}
 
 
 def test_fewer_threads_that_are_not_faster_are_given_up():

@@ -8,8 +8,11 @@ than this count ran before (the machine got busy), or early on when other proces
 busy; it keeps whichever count runs faster, judged on the target passes the engine times anyway
 (each divided by its width's relative cost, so that passes of any width compare). While it runs
 fewer than the user's count it tries one more now and then (less often after each try that
-failed), so an idle machine gets its threads back. A try of more threads ends at its first pass that is
-slower than fewer ran: on a machine still busy a probe costs one slow pass."""
+failed), so an idle machine gets its threads back, and at once where other processes' load, read
+every PROBE_EVERY passes, has fallen since the last reading: after a long busy spell the waits
+have grown to hundreds of passes, which an idle machine would run at the reduced count. A try of
+more threads ends at its first pass that is slower than fewer ran: on a machine still busy a
+probe costs one slow pass."""
 
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ SLOWER = 1.5  # TRIAL passes in a row this much slower than the count's best str
 TRIAL = 6  # passes a thread count is judged on
 MARGIN = 0.95  # more threads are kept only if this much faster: on a busy machine they are close
 ABORT = 1.2  # a try of more threads ends at the first pass this much slower than fewer ran
-START = 4  # passes before other processes' load (measured since the models began loading) is looked at
+START = 1  # the pass after which other processes' load (measured since the models began loading) is looked at:
+# at once, since on a busy core every pass at the full count may stall (300 ms against 50 here)
 BUSY_ELSEWHERE = 0.5  # cores other processes keep busy that make fewer threads worth a try
 PROBE_EVERY = 24  # passes at a reduced count before one thread more is tried
 MAX_BACKOFF = 16  # a failed try doubles the wait before the next, up to this many times PROBE_EVERY
@@ -44,6 +48,7 @@ class ThreadGovernor:
     since: int = 0  # passes since the count last changed
     seen: int = 0  # passes observed
     backoff: int = 1
+    crowded: bool = False  # whether other processes kept a core busy at the last reading
 
     def __post_init__(self) -> None:
         self.current = self.current or self.most
@@ -78,7 +83,7 @@ class ThreadGovernor:
         self.stalls = self.stalls + 1 if seconds > STALL * estimate else 0
         if self.current > 1 and (self.stalls >= STALLS or self._slowed() or self._crowded()):
             self._try(self.current - 1)
-        elif self.current < self.most and self.since >= PROBE_EVERY * self.backoff:
+        elif self.current < self.most and (self._calmed() or self.since >= PROBE_EVERY * self.backoff):
             self._try(self.current + 1)
 
     def _slowed(self) -> bool:
@@ -89,8 +94,21 @@ class ThreadGovernor:
     def _crowded(self) -> bool:
         if self.seen != START or self.current < self.most:
             return False
+        return self._read_others()
+
+    def _calmed(self) -> bool:
+        """At a reduced count, every PROBE_EVERY passes: whether the others' load, busy at the
+        last reading, has fallen (the machine is idle again)."""
+        if self.since % PROBE_EVERY:
+            return False
+        was = self.crowded
+        return not self._read_others() and was
+
+    def _read_others(self) -> bool:
         busy = self.others()
-        return busy is not None and busy >= BUSY_ELSEWHERE
+        if busy is not None:  # unknown: what was read last stands
+            self.crowded = busy >= BUSY_ELSEWHERE
+        return self.crowded
 
     def _judge(self, unit: float) -> None:
         more = self.trying > self.back_to  # type: ignore[operator]
