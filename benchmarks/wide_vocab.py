@@ -6,11 +6,14 @@ sampling and verification pay what real vocabularies cost.
     python benchmarks/wide_vocab.py testbed [--widths 152064,262144]
 
 writes testbed/v152k/*.gguf and testbed/v262k/*.gguf. The new ids are `[PAD<i>]` tokens of type
-UNUSED whose embedding (and, the embeddings being tied, output) rows are half of a random existing
-row, in the row's own format (F16 scaled; Q8_0's block scales halved). A padded id's logit is then
-half of a real id's, so whenever the top logit is positive the padded model picks what the
-original picks: its greedy output is checked against the original's on a few prompts, target by
-target, before the folder is left."""
+UNUSED whose embedding (and, the embeddings being tied, output) rows copy the row of the file's
+least likely token: the one whose largest probability, over the file's own generation states on a
+few prompts, is the smallest of any token's (about 1e-7 here). A padded id then takes about as
+little of the probability as real models give their unused ids, and the padded model is the
+original in distribution, not only in its greedy output: a controller's choices on it are the
+original's, and only the width's cost differs. Before the folder is left, the padded model's greedy
+output is checked against the original's on other prompts, target by target, and the largest share
+of the probability that the padded ids took together where it generated is printed."""
 
 from __future__ import annotations
 
@@ -28,28 +31,61 @@ EMBEDDINGS = "token_embd.weight"
 SEPARATE_OUTPUT = "output.weight"
 CHECK_PROMPTS = ("Why is the sky blue?", "Write a haiku about autumn.", "def fibonacci(n):")
 CHECK_TOKENS = 48
+STATE_PROMPTS = ("Translate to German: the cat sat on the mat.", "List three prime numbers and explain why.",
+                 "Summarize the plot of Hamlet in two sentences.", "SELECT name FROM users WHERE",
+                 "Write a short email declining a meeting.", "What is 17 times 23? Show your steps.",
+                 "Explain recursion to a child.", "Give me a JSON object with a name and an age.")
 
 
-def _halved(rows: np.ndarray, kind: gguf.GGMLQuantizationType) -> np.ndarray:
-    rows = rows.copy()
-    if kind in (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32):
-        rows *= 0.5
-    elif kind == gguf.GGMLQuantizationType.Q8_0:
-        block, size = gguf.GGML_QUANT_SIZES[kind]
-        blocks = rows.reshape(len(rows), -1, size)
-        scales = np.ascontiguousarray(blocks[..., :2]).view(np.float16) * np.float16(0.5)
-        blocks[..., :2] = scales.view(np.uint8)
-    else:
-        raise SystemExit(f"no row scaling for {kind.name} embeddings")
-    return rows
+def _least_likely_row(source: Path, texts: list[tuple[str, str]], extra: int) -> np.ndarray:
+    """`extra` copies of the source's embedding row whose token was least likely wherever the source
+    generated after each prompt of `texts` (prompt, reply): the largest of its log-probabilities
+    there is the smallest of any token's. (Inside a prompt the states can point anywhere: nothing is
+    drawn there.)"""
+    from functools import partial
+
+    import llama_cpp
+    from llama_cpp import Llama
+
+    llm = Llama(str(source), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE, n_ctx=1024, verbose=False)
+    llm.tokenize = partial(Llama.tokenize, llm, add_bos=False, special=True)  # the texts hold the chat template's tokens
+    try:
+        states = np.concatenate([
+            np.asarray(llm.embed(prompt + reply), dtype=np.float32)[len(llm.tokenize(prompt.encode())) - 1 :]
+            for prompt, reply in texts
+        ])
+    finally:
+        llm.close()
+    embeddings = _rows_f32(gguf.GGUFReader(str(source)), EMBEDDINGS)
+    logits = states @ embeddings.T
+    top = logits.max(axis=1, keepdims=True)
+    logprobs = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
+    least = int(logprobs.max(axis=0).argmin())
+    return np.repeat(embeddings[least : least + 1], extra, axis=0)
 
 
-def pad(src: Path, dst: Path, width: int, seed: int = 0) -> None:
+def _rows_f32(reader: gguf.GGUFReader, name: str) -> np.ndarray:
+    tensor = next(t for t in reader.tensors if t.name == name)
+    data = np.asarray(tensor.data)
+    if tensor.tensor_type in (gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.F32):
+        return data.astype(np.float32)
+    return gguf.quants.dequantize(data, tensor.tensor_type).astype(np.float32)
+
+
+def _in_format(rows: np.ndarray, kind: gguf.GGMLQuantizationType) -> np.ndarray:
+    if kind == gguf.GGMLQuantizationType.F16:
+        return rows.astype(np.float16)
+    if kind == gguf.GGMLQuantizationType.F32:
+        return rows.astype(np.float32)
+    if kind == gguf.GGMLQuantizationType.Q8_0:
+        return gguf.quants.quantize(rows, kind)
+    raise SystemExit(f"no padded rows in {kind.name} embeddings")
+
+
+def pad(src: Path, dst: Path, width: int, rows: np.ndarray) -> None:
     reader = gguf.GGUFReader(str(src))
     n = len(reader.fields["tokenizer.ggml.tokens"].contents())
     extra = width - n
-    if extra <= 0:
-        raise SystemExit(f"{src} already has {n} tokens")
     if SEPARATE_OUTPUT in {t.name for t in reader.tensors}:
         raise SystemExit(f"{src} has an output matrix of its own: only tied embeddings are padded here")
     arch = reader.fields["general.architecture"].contents()
@@ -66,11 +102,10 @@ def pad(src: Path, dst: Path, width: int, seed: int = 0) -> None:
             value = [*value, *([-1000.0] * extra)]
         sub_type = field.types[1] if len(field.types) > 1 else None
         writer.add_key_value(key, value, field.types[0], sub_type)
-    copied = np.random.default_rng(seed).integers(0, n, extra)  # the same rows for every file of a width
     for t in reader.tensors:
         data = np.asarray(t.data)
         if t.name == EMBEDDINGS:
-            data = np.concatenate([data, _halved(data[copied], t.tensor_type)])
+            data = np.concatenate([data, _in_format(rows[:extra], t.tensor_type)])
         writer.add_tensor(t.name, data, raw_dtype=t.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
@@ -78,7 +113,9 @@ def pad(src: Path, dst: Path, width: int, seed: int = 0) -> None:
     writer.close()
 
 
-def greedy(path: Path) -> list[list[int]]:
+def greedy(path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS) -> tuple[list[list[int]], float, list[tuple[str, str]]]:
+    """The greedy outputs on `prompts`, the largest probability that ids past `n_real` took where
+    they were generated, and each prompt and output as text (the chat template's tokens written out)."""
     from localspec.backend.hardware import physical_cores
     from localspec.backend.model import Model, ModelOptions
     from localspec.engine.events import DoneEvent
@@ -90,11 +127,19 @@ def greedy(path: Path) -> list[list[int]]:
     config = GenerationConfig(max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     with Model(path, ModelOptions(n_ctx=512, n_threads=cores, n_threads_batch=cores)) as model:
         engine = SpeculativeEngine(model, None)
-        outs = []
-        for text in CHECK_PROMPTS:
-            done = [e for e in engine.generate(prompt_tokens(model, text, raw=False), config) if isinstance(e, DoneEvent)]
+        outs, padded, texts = [], 0.0, []
+        for text in prompts:
+            prompt = prompt_tokens(model, text, raw=False)
+            done = [e for e in engine.generate(prompt, config) if isinstance(e, DoneEvent)]
             outs.append(done[0].tokens)
-    return outs
+            model.truncate(0)
+            logits = np.array(model.decode([*prompt, *done[0].tokens], all_logits=True)[len(prompt) - 1 :], dtype=np.float64)
+            model.truncate(0)
+            logits -= logits.max(axis=1, keepdims=True)
+            probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+            padded = max(padded, float(probs[:, n_real:].sum(axis=1).max()))
+            texts.append(tuple(b"".join(map(model.piece, part)).decode("utf-8", "replace") for part in (prompt, done[0].tokens)))
+    return outs, padded, texts
 
 
 def main() -> None:
@@ -106,21 +151,31 @@ def main() -> None:
     sources = sorted(p for p in args.testbed.glob("*.gguf") if not p.name.startswith("mtp-"))
     if not sources:
         raise SystemExit(f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first")
-    for width in (int(w) for w in args.widths.split(",")):
-        folder = args.testbed / f"v{width // 1000}k"
-        folder.mkdir(exist_ok=True)
-        for src in sources:
+    widths = [int(w) for w in args.widths.split(",")]
+    light = args.testbed / "target-f16.gguf"
+    n = len(gguf.GGUFReader(str(light)).fields["tokenizer.ggml.tokens"].contents())
+    if min(widths) <= n:
+        raise SystemExit(f"{light} already has {n} tokens")
+    # The states the padded rows point against: the light target's along other prompts than the
+    # check's, and its replies to them.
+    texts = greedy(light, n, STATE_PROMPTS)[2]
+    for src in sources:
+        rows = None  # the same rows for every width of a file (a wider one has more of them)
+        for width in widths:
+            folder = args.testbed / f"v{width // 1000}k"
+            folder.mkdir(exist_ok=True)
             dst = folder / src.name
             if not dst.exists():
-                pad(src, dst.with_suffix(".partial"), width)
+                rows = rows if rows is not None else _least_likely_row(src, texts, max(widths) - n)
+                pad(src, dst.with_suffix(".partial"), width, rows)
                 dst.with_suffix(".partial").rename(dst)
             # The heavy target computes what the light one does: checking the light one is enough.
             if "heavy" not in src.name:
-                same = greedy(src) == greedy(dst)
-                print(f"{dst}: {width} ids, greedy output {'the same as' if same else 'DIFFERENT from'} {src.name}")
-                if not same:
+                (before, _, _), (after, padded, _) = greedy(src, n), greedy(dst, n)
+                print(f"{dst}: {width} ids, greedy output {'the same as' if before == after else 'DIFFERENT from'} "
+                      f"{src.name}; padded ids took at most {padded:.1e} of the probability where it was generated")
+                if before != after:
                     raise SystemExit(1)
-
 
 if __name__ == "__main__":
     main()
