@@ -4,6 +4,7 @@ llama.cpp and llama-cpp-python, in one interleaved pass.
 
     python benchmarks/overhead.py testbed --native /tmp/native --prompts ../shared/bench/specbench-dev.jsonl
         [--count 3] [-n 128] [--repeat 2] [--widths 49k,152k,262k] [--target target-f16.gguf]
+        [--gpu-layers N --argmax device,host]
 
 Widths come from benchmarks/wide_vocab.py (testbed/v152k, testbed/v262k). Per width and mode
 (target alone greedy and temp 0.8; the draft model fixed at 8 tokens, greedy and temp 0.8, and
@@ -13,7 +14,9 @@ token and per verified position, beside the mean pass times (Model.busy_s: on a 
 done when its llama_decode returns). The target alone's tokens/s stands
 beside llama-bench's (`-n N -p 0 -d D`, same threads, D the prompts' median length) and llama-cpp-python's `create_completion` (whose
 sampling runs in C) on the same model, run in the same minutes. Load: `localspec run`'s load_s
-against `Llama()`'s in a fresh process each, the same file, in alternating order (medians of 3)."""
+against `Llama()`'s in a fresh process each, the same file, in alternating order (medians of 3).
+With --gpu-layers (every side offloads as many), each mode runs with greedy argmaxes taken on the
+device (backend/top_tokens.py) and on the host, interleaved, each a model pair of its own."""
 
 from __future__ import annotations
 
@@ -53,22 +56,22 @@ MODES = {  # name: (drafter, sampling, draft mode)
 FOLDERS = {"49k": ".", "152k": "v152k", "262k": "v262k"}
 
 
-def llama_bench(native: Path, model: Path, n: int, threads: int, depth: int = 0, repeats: int = 2) -> float:
+def llama_bench(native: Path, model: Path, n: int, threads: int, depth: int = 0, repeats: int = 2, gpu_layers: int = 0) -> float:
     """Native llama.cpp's decode tokens/s (llama-bench's tg test) after `depth` tokens of context:
     a pass attends to what is cached, so a decode from an empty context is faster than one after a
     prompt (at 262k here, 35 tok/s at depth 0 against 29.5 at depth 300)."""
     out = subprocess.run(
         [str(native / "llama-bench"), "-m", str(model), "-n", str(n), "-p", "0", "-d", str(depth), "-t", str(threads),
-         "-r", str(repeats), "-o", "json"],
+         "-r", str(repeats), "-ngl", str(gpu_layers), "-o", "json"],
         capture_output=True, text=True, timeout=900, check=True,
     ).stdout
     return float(json.loads(out)[0]["avg_ts"])
 
 
-def llama_cpp_python(model: Path, tokens: list[int], n: int, threads: int, params: SamplingParams, seed: int) -> float:
+def llama_cpp_python(model: Path, tokens: list[int], n: int, threads: int, params: SamplingParams, seed: int, gpu_layers: int = 0) -> float:
     from llama_cpp import Llama
 
-    llm = Llama(str(model), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False, seed=seed)
+    llm = Llama(str(model), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False, seed=seed, n_gpu_layers=gpu_layers)
     try:
         first, count = None, 0
         kwargs = dict(temperature=params.temperature, top_k=params.top_k if params.temperature > 0 else 1,
@@ -83,7 +86,7 @@ def llama_cpp_python(model: Path, tokens: list[int], n: int, threads: int, param
         llm.close()
 
 
-def load_times(target: Path, repeat: int = 3) -> tuple[float, float]:
+def load_times(target: Path, repeat: int = 3, gpu_layers: int = 0) -> tuple[float, float]:
     """Medians of (localspec run's load_s, Llama()'s), each in a process of its own, in alternating
     order after one read of the file (whichever ran first would otherwise pay the disk)."""
     with target.open("rb") as f:
@@ -92,21 +95,21 @@ def load_times(target: Path, repeat: int = 3) -> tuple[float, float]:
     ours, theirs = [], []
     for i in range(repeat):
         for first in ((_ours, _theirs) if i % 2 == 0 else (_theirs, _ours)):
-            (ours if first is _ours else theirs).append(first(target))
+            (ours if first is _ours else theirs).append(first(target, gpu_layers))
     return statistics.median(ours), statistics.median(theirs)
 
 
-def _ours(target: Path) -> float:
+def _ours(target: Path, gpu_layers: int) -> float:
     run = subprocess.run(
         [sys.executable, "-m", "localspec", "run", "-m", str(target), "-d", "none", "--no-lookup", "-p", "hi", "-n", "1",
-         "--temp", "0", "--json"], capture_output=True, text=True, timeout=900, check=True,
+         "--temp", "0", "--json", "-ngl", str(gpu_layers)], capture_output=True, text=True, timeout=900, check=True,
     )
     return json.loads(run.stdout)["stats"]["load_s"]
 
 
-def _theirs(target: Path) -> float:
+def _theirs(target: Path, gpu_layers: int) -> float:
     code = ("import time, sys; from llama_cpp import Llama; t = time.perf_counter(); "
-            f"Llama({str(target)!r}, n_ctx=4096, verbose=False); print(time.perf_counter() - t)")
+            f"Llama({str(target)!r}, n_ctx=4096, verbose=False, n_gpu_layers={gpu_layers}); print(time.perf_counter() - t)")
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, check=True).stdout)
 
 
@@ -122,6 +125,9 @@ def main() -> None:
     ap.add_argument("--target", default="target-f16.gguf")
     ap.add_argument("--draft", default="draft-q4_1.gguf")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded, every side alike (99: all)")
+    ap.add_argument("--argmax", default="device", help="where greedy argmaxes are taken, comma-separated: device (where "
+                    "the output layer is offloaded, else the host), host")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     threads = physical_cores()
@@ -130,57 +136,68 @@ def main() -> None:
     for width in a.widths.split(","):
         folder = a.testbed / FOLDERS[width]
         target_path, draft_path = folder / a.target, folder / a.draft
-        ours_load, theirs_load = load_times(target_path)
+        ours_load, theirs_load = load_times(target_path, gpu_layers=a.gpu_layers)
         rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
         print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
-        opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
-        target, draft = Model(target_path, opts), Model(draft_path, opts)
-        drafters = {"none": None, "draft": DraftModelDrafter(draft, target.n_vocab), "ngram": NgramDrafter()}
+        pairs = {}
+        for place in a.argmax.split(","):
+            opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_gpu_layers=a.gpu_layers,
+                                device_argmax=place == "device")
+            pairs[place] = (Model(target_path, opts), Model(draft_path, opts))
+        target = next(iter(pairs.values()))[0]
         # Native decodes after as many tokens as the median prompt here holds.
         depth = int(statistics.median(len(prompt_tokens(target, p.text, raw=False)) for p in prompts))
         for r in range(a.repeat):
-            native = llama_bench(a.native, target_path, a.n, threads, depth)
+            native = llama_bench(a.native, target_path, a.n, threads, depth, gpu_layers=a.gpu_layers)
             rows.append({"width": width, "kind": "native", "repeat": r, "tokens_per_second": native})
             for p in prompts:
                 tokens = prompt_tokens(target, p.text, raw=False)
                 for params, label in ((GREEDY, "greedy"), (WARM, "temp0.8")):
-                    tps = llama_cpp_python(target_path, tokens, a.n, threads, params, seed=r)
+                    tps = llama_cpp_python(target_path, tokens, a.n, threads, params, seed=r, gpu_layers=a.gpu_layers)
                     rows.append({"width": width, "kind": "llama-cpp-python", "sampling": label, "prompt": p.id, "repeat": r, "tokens_per_second": tps})
                 for mode in a.modes.split(","):
-                    kind, params, draft_mode = MODES[mode]
-                    engine = SpeculativeEngine(target, drafters[kind], kind)
-                    config = GenerationConfig(max_tokens=a.n, sampling=params, seed=r, draft_max=8, draft_mode=draft_mode,
-                                              drafting=DraftSettings())
-                    target.truncate(0)
-                    draft.truncate(0)
-                    marks: list[tuple[float, int, float, int]] = []
-
-                    def phase(ev: object) -> None:
-                        if isinstance(ev, PromptEvent):  # what follows is the generation's
-                            marks.append((target.busy_s, target.passes, draft.busy_s, draft.passes))
-
-                    s = drain(engine.generate(tokens, config), phase).stats
-                    t0, n0, d0, m0 = marks[0]
-                    target_s, target_n = target.busy_s - t0, target.passes - n0
-                    draft_s, draft_n = draft.busy_s - d0, draft.passes - m0
-                    outside = s.elapsed_s - target_s - draft_s
-                    verified = s.n_steps + s.n_drafted
-                    row = {
-                        "width": width, "kind": "engine", "mode": mode, "prompt": p.id, "repeat": r,
-                        "tokens_per_second": s.tokens_per_second, "steps": s.n_steps, "drafted": s.n_drafted,
-                        "accepted": s.n_accepted, "outside_ms_per_step": 1e3 * outside / max(s.n_steps, 1),
-                        "outside_ms_per_verified": 1e3 * outside / max(verified, 1),
-                        "target_pass_ms": 1e3 * target_s / max(target_n, 1), "draft_pass_ms": 1e3 * draft_s / max(draft_n, 1) if draft_n > 0 else 0.0,
-                        "drafted_per_step": s.n_drafted / max(s.n_steps, 1),
-                    }
-                    rows.append(row)
-                    print(f"{width} {mode} {p.id} #{r + 1}: {s.tokens_per_second:.1f} tok/s, outside {row['outside_ms_per_step']:.3f} ms/step "
-                          f"({row['drafted_per_step']:.1f} drafted/step), target pass {row['target_pass_ms']:.1f} ms", flush=True)
-        target.close()
-        draft.close()
+                    for place, (target, draft) in pairs.items():
+                        row = _engine_row(target, draft, mode, tokens, a.n, r)
+                        row.update(width=width, prompt=p.id, repeat=r, argmax=place)
+                        rows.append(row)
+                        print(f"{width} {mode} ({place} argmax) {p.id} #{r + 1}: {row['tokens_per_second']:.1f} tok/s, outside "
+                              f"{row['outside_ms_per_step']:.3f} ms/step ({row['drafted_per_step']:.1f} drafted/step), target pass "
+                              f"{row['target_pass_ms']:.2f} ms", flush=True)
+        for target, draft in pairs.values():
+            target.close()
+            draft.close()
     report(rows, a.modes.split(","))
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
+
+
+def _engine_row(target: Model, draft: Model, mode: str, tokens: list[int], n: int, seed: int) -> dict:
+    """One generation in `mode`: its speed and its time outside llama_decode (target and draft)."""
+    kind, params, draft_mode = MODES[mode]
+    drafter = {"none": None, "draft": DraftModelDrafter(draft, target.n_vocab), "ngram": NgramDrafter()}[kind]
+    engine = SpeculativeEngine(target, drafter, kind)
+    config = GenerationConfig(max_tokens=n, sampling=params, seed=seed, draft_max=8, draft_mode=draft_mode, drafting=DraftSettings())
+    target.truncate(0)
+    draft.truncate(0)
+    marks: list[tuple[float, int, float, int]] = []
+
+    def phase(ev: object) -> None:
+        if isinstance(ev, PromptEvent):  # what follows is the generation's
+            marks.append((target.busy_s, target.passes, draft.busy_s, draft.passes))
+
+    s = drain(engine.generate(tokens, config), phase).stats
+    t0, n0, d0, m0 = marks[0]
+    target_s, target_n = target.busy_s - t0, target.passes - n0
+    draft_s, draft_n = draft.busy_s - d0, draft.passes - m0
+    outside = s.elapsed_s - target_s - draft_s
+    verified = s.n_steps + s.n_drafted
+    return {
+        "kind": "engine", "mode": mode, "tokens_per_second": s.tokens_per_second, "steps": s.n_steps, "drafted": s.n_drafted,
+        "accepted": s.n_accepted, "outside_ms_per_step": 1e3 * outside / max(s.n_steps, 1),
+        "outside_ms_per_verified": 1e3 * outside / max(verified, 1),
+        "target_pass_ms": 1e3 * target_s / max(target_n, 1), "draft_pass_ms": 1e3 * draft_s / max(draft_n, 1) if draft_n > 0 else 0.0,
+        "drafted_per_step": s.n_drafted / max(s.n_steps, 1),
+    }
 
 
 def _median(rows: list[dict], key: str, **match: object) -> float:
@@ -190,23 +207,24 @@ def _median(rows: list[dict], key: str, **match: object) -> float:
 
 def report(rows: list[dict], modes: list[str]) -> None:
     widths = list(dict.fromkeys(x["width"] for x in rows))
-    print("\n| width | mode | tok/s | engine outside llama.cpp, ms/step | ms/verified position | drafted/step | bar, ms/step | target pass, ms | draft pass, ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    places = list(dict.fromkeys(x["argmax"] for x in rows if x["kind"] == "engine"))
+    print("\n| width | mode | argmax | tok/s | engine outside llama.cpp, ms/step | ms/verified position | drafted/step | bar, ms/step | target pass, ms | draft pass, ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w in widths:
         for mode in modes:
-            step = _median(rows, "outside_ms_per_step", width=w, mode=mode)
-            per_pos = _median(rows, "outside_ms_per_verified", width=w, mode=mode)
-            drafted = _median(rows, "drafted_per_step", width=w, mode=mode)
-            greedy = MODES[mode][1].greedy
-            bar = f"<= {0.5 + 0.05 * drafted:.2f}" if greedy else f"<= 1.00 per position ({per_pos:.3f})"
-            print(f"| {w} | {mode} | {_median(rows, 'tokens_per_second', width=w, mode=mode):.1f} | {step:.3f} | {per_pos:.3f} | "
-                  f"{drafted:.1f} | {bar} | {_median(rows, 'target_pass_ms', width=w, mode=mode):.1f} | {_median(rows, 'draft_pass_ms', width=w, mode=mode):.1f} |")
-    print("\n| width | target alone greedy, tok/s | llama-bench | ratio (bar 0.97) | create_completion greedy | ratio (bar 0.95) | "
+            for place in places:
+                at = dict(width=w, mode=mode, argmax=place)
+                step, per_pos = _median(rows, "outside_ms_per_step", **at), _median(rows, "outside_ms_per_verified", **at)
+                drafted = _median(rows, "drafted_per_step", **at)
+                bar = f"<= {0.5 + 0.05 * drafted:.2f}" if MODES[mode][1].greedy else f"<= 1.00 per position ({per_pos:.3f})"
+                print(f"| {w} | {mode} | {place} | {_median(rows, 'tokens_per_second', **at):.1f} | {step:.3f} | {per_pos:.3f} | {drafted:.1f} | "
+                      f"{bar} | {_median(rows, 'target_pass_ms', **at):.2f} | {_median(rows, 'draft_pass_ms', **at):.2f} |")
+    print(f"\n| width | target alone greedy ({places[0]} argmax), tok/s | llama-bench | ratio (bar 0.97) | create_completion greedy | ratio (bar 0.95) | "
           "target alone temp 0.8 | create_completion temp 0.8 | ratio (bar 0.90) | load localspec, s | load Llama(), s | bar: 1.5x + 1 s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w in widths:
-        ours_g = _median(rows, "tokens_per_second", width=w, mode="alone-greedy")
-        ours_w = _median(rows, "tokens_per_second", width=w, mode="alone-temp0.8")
+        ours_g = _median(rows, "tokens_per_second", width=w, mode="alone-greedy", argmax=places[0])
+        ours_w = _median(rows, "tokens_per_second", width=w, mode="alone-temp0.8", argmax=places[0])
         native = _median(rows, "tokens_per_second", width=w, kind="native")
         lcp_g = _median(rows, "tokens_per_second", width=w, kind="llama-cpp-python", sampling="greedy")
         lcp_w = _median(rows, "tokens_per_second", width=w, kind="llama-cpp-python", sampling="temp0.8")

@@ -3,7 +3,7 @@
 with its vocabulary padded to 152,064 ids (Qwen2.5's) and to 262,144 (Gemma 3's), so that loading,
 sampling and verification pay what real vocabularies cost.
 
-    python benchmarks/wide_vocab.py testbed [--widths 152064,262144]
+    python benchmarks/wide_vocab.py testbed [--widths 152064,262144] [--files target-f16.gguf,draft-q4_1.gguf]
 
 writes testbed/v152k/*.gguf and testbed/v262k/*.gguf. The new ids are `[PAD<i>]` tokens of type
 UNUSED whose embedding (and, the embeddings being tied, output) rows copy the row of the file's
@@ -146,9 +146,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("testbed", type=Path)
     ap.add_argument("--widths", default="152064,262144")
+    ap.add_argument("--files", help="only these files of the folder, comma-separated (default: all)")
     args = ap.parse_args()
     # The MTP testbed (make_mtp_testbed.py) shares the folder; its output matrix is not tied.
     sources = sorted(p for p in args.testbed.glob("*.gguf") if not p.name.startswith("mtp-"))
+    if args.files:
+        sources = [p for p in sources if p.name in args.files.split(",")]
     if not sources:
         raise SystemExit(f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first")
     widths = [int(w) for w in args.widths.split(",")]

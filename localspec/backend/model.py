@@ -19,6 +19,7 @@ from localspec.backend.mtp import MtpHead, attach_heads
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
 from localspec.backend.token_text import TokenText
+from localspec.backend.top_tokens import DeviceArgmax
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.errors import LocalspecError
 
@@ -41,6 +42,7 @@ class ModelOptions:
     slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
     chat_template: str | None = None  # the user's, over the GGUF's
     mtp: bool = False  # load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
+    device_argmax: bool = True  # greedy passes may take their argmax on the GPU (backend/top_tokens.py) when all layers are there
     verbose: bool = False
 
 
@@ -77,6 +79,7 @@ class Model(TokenText):
         cparams.n_seq_max = options.n_seq_max
         # Sequences that share cells (a draft tree's common prefix) need one unified KV cache.
         cparams.kv_unified = options.n_seq_max > 1
+        cparams.n_outputs_max_per_seq = options.n_batch  # a verification pass's rows, for DeviceArgmax (1 by default)
         cparams.n_threads = options.n_threads
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
@@ -97,6 +100,8 @@ class Model(TokenText):
         self.n_batch = llama_cpp.llama_n_batch(self.ctx)  # llama.cpp caps it at n_ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
+        # A target with MTP heads keeps to logits: its passes' hidden states are read too.
+        self.argmax = DeviceArgmax(self.ctx) if options.device_argmax and not options.mtp and self._output_offloaded() else None
         self.hidden: HiddenRows | None = None
         self.head: MtpHead | None = None
         self.cached: list[int] = []
@@ -111,6 +116,22 @@ class Model(TokenText):
             except BaseException:
                 self.close()
                 raise
+
+    def _output_offloaded(self) -> bool:
+        gpu = self.options.n_gpu_layers
+        return bool(llama_cpp.llama_supports_gpu_offload()) and (gpu < 0 or gpu > llama_cpp.llama_model_n_layer(self.model))
+
+    def _want(self, top_only: bool | None) -> None:
+        """top_only: the pass's rows are read for their top tokens only (TopTokens where the device
+        takes them, logits elsewhere: read them with top_of); False: logits; None: nothing is read
+        (a prompt), so whatever the last pass did stands and llama.cpp keeps its graphs."""
+        if top_only is not None and self.argmax is not None:
+            self.argmax.use(top_only)
+
+    def _rows(self, rows: int, first: int = 0) -> np.ndarray:
+        if self.argmax is not None and self.argmax.on:
+            return self.argmax.rows(rows, first)
+        return self.logits.rows(rows, first)
 
     def set_threads(self, n: int) -> None:
         """Run later passes (generation and prompt alike) on n threads, the heads' too."""
@@ -137,13 +158,14 @@ class Model(TokenText):
         self.cached.clear()
         return False
 
-    def decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray | None:
+    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray | None:
         """Append tokens to the cache in one pass (chunked by n_batch for long prompts).
 
         Returns logits as a (rows, n_vocab) view into llama.cpp's buffer, valid until the next decode:
-        one row per token when all_logits, else only the last token's row."""
+        one row per token when all_logits, else only the last token's row (see _want for top_only)."""
         if not tokens:
             return None
+        self._want(top_only)
         with self.timer(len(tokens)):
             return self._decode(tokens, all_logits)
 
@@ -159,14 +181,20 @@ class Model(TokenText):
             chunk = tokens[start : start + step]
             self._decode_chunk(chunk, all_logits, want_last=start + step >= len(tokens))
         if all_logits:
-            return self.logits.rows(len(tokens))
-        return self.logits.rows(1, first=-1)
+            return self._rows(len(tokens))
+        return self._rows(1, first=-1)
 
     def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
         batch = self._batch
         base = len(self.cached)
         n = fill(batch, chunk, base, all_logits, want_last)
         rc = self._llama_decode(n)
+        if rc == -1 and self.argmax is not None and self.argmax.on:
+            # Refused before the cache was touched (the sampled outputs' check): an experimental
+            # API, so the device's argmax is given up for good.
+            self.argmax.close()
+            self.argmax = None
+            rc = self._llama_decode(n)
         if rc == 2:
             # An aborted decode may leave part of the batch in the cache: drop it so `cached` stays exact.
             llama_cpp.llama_memory_seq_rm(self.memory, SEQ, base, -1)
@@ -203,6 +231,7 @@ class Model(TokenText):
             return self._decode_tree(tokens, positions, seq_ids)
 
     def _decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        self._want(False)  # branches in other sequences have no sampler: a tree is judged on logits
         rc = self._llama_decode(fill_tree(self._batch, tokens, positions, seq_ids))
         if rc == 2:
             # As in _decode_chunk: drop whatever part of the batch reached the cache, in every sequence.
@@ -228,7 +257,7 @@ class Model(TokenText):
             self.hidden.pick(self.ctx, len(self.cached), rows)
         commit_path(self, seq, path, n_seqs)
 
-    def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False) -> int:
+    def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False, top_only: bool | None = None) -> int:
         """Make the cache hold exactly `tokens`, evaluating only what is not cached yet; return how
         many were reused. reevaluate_last: evaluate the last token even if cached, for its logits."""
         n = common_prefix(self.cached, tokens)
@@ -236,22 +265,25 @@ class Model(TokenText):
             n -= 1
         if not self.truncate(n):
             n = 0
-        self.decode(tokens[n:], all_logits=False)
+        self.decode(tokens[n:], all_logits=False, top_only=top_only)
         return n
 
     def resume(self, tokens: Sequence[int]) -> None:
         """A generation over `tokens` starts from the kept sequence sharing most of them (slots.py)."""
         self.kept.switch(tokens)
 
-    def sync(self, tokens: Sequence[int]) -> np.ndarray:
-        """prefill(), then the logits after the last token."""
-        self.prefill(tokens, reevaluate_last=True)
-        return self.logits.rows(1, first=-1)[0]
+    def sync(self, tokens: Sequence[int], top_only: bool | None = False) -> np.ndarray:
+        """prefill(), then the logits after the last token (see _want for top_only)."""
+        self.prefill(tokens, reevaluate_last=True, top_only=top_only)
+        return self._rows(1, first=-1)[0]
 
     def close(self) -> None:
         if getattr(self, "head", None):
             self.head.close()  # type: ignore[union-attr]
             self.head = None
+        if getattr(self, "argmax", None):
+            self.argmax.close()  # type: ignore[union-attr]
+            self.argmax = None
         if getattr(self, "ctx", None):
             llama_cpp.llama_batch_free(self._batch)
             llama_cpp.llama_free(self.ctx)

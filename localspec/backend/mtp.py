@@ -163,9 +163,10 @@ class MtpHead:
         them)."""
         self._beginning = True
 
-    def sync(self, tokens: Sequence[int]) -> np.ndarray:
+    def sync(self, tokens: Sequence[int], top_only: bool | None = False) -> np.ndarray:
         """Make the first head's cache hold `tokens` (all but the last one evaluated by the target),
-        its entries paired with the target's hidden states; the logits after the last token."""
+        its entries paired with the target's hidden states; the logits after the last token (always
+        logits: top_only, a draft model's signature, asks for nothing a head does otherwise)."""
         first = self._caches[0]
         self._state = {SEQ: self._catch_up(first, tokens)}
         self._context, self._drafted, self._outputs = list(tokens), [], [self._state[SEQ]]
@@ -176,7 +177,7 @@ class MtpHead:
         self.hidden.release(min([len(tokens) - 2, *(c.exact - 1 for c in self._caches[1:])]))
         return first.logits.rows(1, first=-1)[0]
 
-    def decode(self, tokens: Sequence[int], all_logits: bool) -> np.ndarray:
+    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray:
         """Append drafted tokens, each paired with the output of the head before it (the target's
         state is not known yet): the logits after the last (a draft model's signature; one row)."""
         for token in tokens:

@@ -8,6 +8,7 @@ import numpy as np
 
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
+from localspec.backend.top_tokens import TopTokens, top_of
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
 from localspec.sampling.dist import SamplingParams, final_dist, top_token
@@ -49,12 +50,14 @@ class DraftModelDrafter:
         max_tokens = budget.limit(self.key, calibrated=True)
         if max_tokens < 1:
             return draft
+        # A fixed-length greedy draft reads nothing but each row's top token: the device may take it.
+        top_only = one_hot and not read and grammar is None and params.penalties.off and self.model.n_vocab <= self.view.n_vocab
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
         passes = self.model.passes
-        logits = self.view.sync(context)
+        logits = self.view.sync(context, top_only)
         state = grammar.clone() if grammar is not None else None
         try:
-            self._draft(draft, logits, context, budget, params, rng, state, max_tokens)
+            self._draft(draft, logits, context, budget, params, rng, state, max_tokens, top_only)
         finally:
             if state is not None:
                 state.close()
@@ -63,7 +66,7 @@ class DraftModelDrafter:
 
     def _draft(
         self, draft: Draft, logits: np.ndarray, context: Sequence[int], budget: Budget, params: SamplingParams,
-        rng: np.random.Generator, grammar: Grammar | None, max_tokens: int,
+        rng: np.random.Generator, grammar: Grammar | None, max_tokens: int, top_only: bool,
     ) -> None:
         """Draft into `draft` from the logits after `context`, penalised as the target's are; under a
         grammar, from the constrained logits, the grammar advanced along the drafted tokens."""
@@ -78,7 +81,7 @@ class DraftModelDrafter:
             elif draft.confidences is not None:
                 token, confidence = top_token(logits)
             else:
-                token, confidence = int(np.argmax(logits)), 1.0
+                token, confidence = top_of(logits), 1.0
             if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.key, confidence)
@@ -95,7 +98,8 @@ class DraftModelDrafter:
                 break
             if grammar is not None:
                 grammar.accept(token)
-            logits = self.view.fit(self.model.decode([token], all_logits=False)[0])  # type: ignore[index]
+            row = self.model.decode([token], all_logits=False, top_only=top_only)[0]  # type: ignore[index]
+            logits = row if isinstance(row, TopTokens) else self.view.fit(row)
 
     def end(self, context: Sequence[int]) -> None:
         return None

@@ -46,18 +46,18 @@ class DraftView:
         """A new generation: the draft evaluates the whole prompt (reusing what its cache shares)."""
         self.tokens, self.seen = self._known(context), len(context)
         self.model.resume(self.tokens)
-        self.model.sync(self.tokens)
+        self.model.sync(self.tokens, top_only=None)
 
-    def sync(self, context: Sequence[int]) -> np.ndarray:
+    def sync(self, context: Sequence[int], top_only: bool = False) -> np.ndarray:
         """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
-        over the target's vocabulary."""
+        over the target's vocabulary (its top token only, where the device takes it, if top_only)."""
         if len(context) < self.seen:
             self.begin(context)
         new = self._known(context[self.seen :])
         self.tokens.extend(new)
         self.seen = len(context)
         t0 = time.perf_counter()
-        logits = self.fit(self.model.sync(self.tokens))
+        logits = self.fit(self.model.sync(self.tokens, top_only))
         self.synced_s = time.perf_counter() - t0
         self.caught_up_s = self.synced_s if len(new) > STEADY_TOKENS else 0.0
         return logits

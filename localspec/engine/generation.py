@@ -72,6 +72,13 @@ class Run:
     scored: list[TokenLogprob] = field(default_factory=list)  # the latest step's tokens, when asked for
     grammar: Grammar | None = None  # where config.grammar stands after the output so far
 
+    @property
+    def top_only(self) -> bool:
+        """Whether the target's passes are read for their top tokens only (greedy, nothing shaping
+        or scoring the logits)."""
+        config = self.config
+        return config.sampling.greedy and config.sampling.penalties.off and self.grammar is None and config.logprobs is None
+
 
 @dataclass
 class Proposal:

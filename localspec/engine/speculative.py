@@ -185,7 +185,7 @@ class SpeculativeEngine:
             path, token, depth, logits = self._tree_step(run, draft)
             self._score(run, logits, draft, path, token)
             return path, token, depth, True
-        logits = target.decode([ctx[-1], *draft.tokens], all_logits=True)
+        logits = target.decode([ctx[-1], *draft.tokens], all_logits=True, top_only=run.top_only)
         self._shape(run, logits, draft)
         n_acc, token = verify(logits, draft, run.config.sampling, run.rng, run.coupling, len(ctx))  # type: ignore[arg-type]
         path = list(range(n_acc))

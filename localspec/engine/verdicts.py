@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.top_tokens import top_of
 from localspec.drafters.base import Draft
 from localspec.sampling.dist import SamplingParams, final_dist
 from localspec.sampling.draws import Coupling, accept_draft_token, sample
@@ -33,7 +34,7 @@ def verify(
     if params.greedy:
         # Row by row: rows after the first rejection are never read.
         for i in range(k + 1):
-            token = int(np.argmax(logits[i]))
+            token = top_of(logits[i])
             if i == k or token != draft.tokens[i]:
                 return i, token
     for i, d in enumerate(draft.tokens):
