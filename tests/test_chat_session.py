@@ -69,10 +69,10 @@ def test_ctrl_c_stops_a_prompt_pass_midway(loaded):
     target = loaded.target
     real_decode = target.decode
 
-    def decode_with_ctrl_c(tokens, all_logits):
+    def decode_with_ctrl_c(tokens, all_logits, **how):
         if len(tokens) >= ABORTABLE_BATCH:
             loaded.cancel.set()  # what chat's SIGINT handler does, here while the prompt pass is due
-        return real_decode(tokens, all_logits)
+        return real_decode(tokens, all_logits, **how)
 
     target.decode = decode_with_ctrl_c
     try:

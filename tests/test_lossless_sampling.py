@@ -394,6 +394,9 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
 # of text).
 
 GRAMMAR = 'root ::= ([ ]? [a-s] [a-z]*)+'
+# After its first letter, text the grammar allows alone (drafted for free, one-hot, in a sampled
+# draft): the second position keeps several outcomes (a space, " the", the space's byte token).
+FORCED_GRAMMAR = 'root ::= [a-s] " the cat" [a-z]*'
 PENALTIES = Penalties(last_n=16, repeat=1.3, frequency=0.4, presence=0.3)
 SHAPED_CASES = (
     (Case("fixed", "same", False, True), GRAMMAR, False),
@@ -402,6 +405,7 @@ SHAPED_CASES = (
     (Case("chain", "same", False, False), GRAMMAR, False),
     (Case("fixed", "same", False, False), None, True),
     (Case("tree", "same", True, True), GRAMMAR, True),
+    (Case("fixed", "same", False, False), FORCED_GRAMMAR, False),
 )
 SHAPED_ALPHA = FAMILY_ALPHA / (2 * len(SHAPED_CASES))
 
@@ -438,7 +442,7 @@ def exact_shaped_pairs(target: Model, prompt: list[int], params: SamplingParams,
     return out
 
 
-@pytest.mark.parametrize("case,gbnf,penalised", SHAPED_CASES, ids=lambda v: v.id if isinstance(v, Case) else ("grammar" if v == GRAMMAR else "penalties" if v is True else "-"))
+@pytest.mark.parametrize("case,gbnf,penalised", SHAPED_CASES, ids=lambda v: v.id if isinstance(v, Case) else ({GRAMMAR: "grammar", FORCED_GRAMMAR: "forced"}.get(v) if isinstance(v, str) else "penalties" if v is True else "-"))
 def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case: Case, gbnf: str | None, penalised: bool, models, prompt):
     engine = _engine(case, models)
     params = replace(FILTERED if case.filtered else PLAIN, penalties=PENALTIES if penalised else Penalties())

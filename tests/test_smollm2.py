@@ -61,3 +61,21 @@ def test_chain_greedy_equals_target_alone(models):
     runs = _check(target, SpeculativeEngine(target, chain, "chain"), prompts, expected, draft_max=4)
     sources = set().union(*(d.stats.drafters for d in runs))
     assert "draft-model" in sources
+
+
+def test_text_a_schema_allows_alone_is_drafted_for_free_and_greedy_output_stays_the_targets(models):
+    import json
+
+    from localspec.backend.grammar import schema_grammar
+
+    target, draft, _, _ = models
+    schema = {"type": "object", "properties": {"firstName": {"type": "string"}, "lastName": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["firstName", "lastName", "age"]}
+    config = GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=8, draft_mode="fixed", grammar=schema_grammar(json.dumps(schema)))
+    prompt = prompt_tokens(target, "Extract the person as JSON: Ann Smith is 31 years old.", raw=False)
+    alone = drain(SpeculativeEngine(target, None).generate(prompt, config))
+    drafted = drain(SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model").generate(prompt, config))
+    assert_greedy_equivalent(target, prompt, alone.tokens, drafted.tokens)
+    assert json.loads(drafted.text).keys() == schema["properties"].keys()
+    # The keys after their opening quotes ("lastName" and "age" at least) cost the draft model no pass.
+    assert drafted.stats.n_forced >= 2 and drafted.stats.n_accepted >= drafted.stats.n_forced

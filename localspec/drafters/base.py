@@ -77,8 +77,9 @@ class Budget(Protocol):
 class Draft:
     tokens: list[int] = field(default_factory=list)
     # The distribution each token was sampled from, when the drafter samples; None marks
-    # deterministic proposals, which the target verifies as one-hot drafts.
-    probs: list[Dist] | None = None
+    # deterministic proposals (the whole draft's, or one token's), which the target verifies as
+    # one-hot drafts.
+    probs: list[Dist | None] | None = None
     key: DraftKey = field(default_factory=DraftKey)
     # For a draft tree: each token's parent (an earlier index, or -1 for the context's last token).
     # None means a chain, each token following the one before.
@@ -97,6 +98,7 @@ class Draft:
     # What the proposal was found in, for a drafter that looks in several places (suffix
     # drafting: "datastore" when a datastore gave it); counted apart in the stats' origins.
     origin: str = ""
+    forced: int = 0  # tokens a grammar allowed alone, drafted without a draft pass (backend/forced.py)
 
     @property
     def source(self) -> str:

@@ -6,12 +6,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.forced import ForcedText
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.backend.top_tokens import TopTokens, top_of
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
-from localspec.sampling.dist import SamplingParams, final_dist, top_token
+from localspec.sampling.dist import Dist, SamplingParams, final_dist, top_token
 from localspec.sampling.draws import Coupling, sample
 
 
@@ -32,6 +33,7 @@ class DraftModelDrafter:
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
+        self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.settings, self.coupling = settings, coupling
@@ -72,16 +74,23 @@ class DraftModelDrafter:
         grammar, from the constrained logits, the grammar advanced along the drafted tokens."""
         coupled = self.coupling if not params.greedy else None
         one_hot = draft.probs is None
-        path_p = 1.0
+        path_p, forced, unseen = 1.0, [], []  # unseen: drafted, not yet evaluated by the draft
         for n in range(1, max_tokens + 1):
-            logits = shaped(logits, context, draft.tokens, params, grammar)
-            q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
-            if q is not None:
-                confidence = q.top()
-            elif draft.confidences is not None:
-                token, confidence = top_token(logits)
+            if not forced and grammar is not None:
+                forced = self._forced().tokens(grammar)
+            q: Dist | None = None
+            if forced:  # what the grammar allows alone: proposed for free, as a one-hot draft
+                token, confidence = forced.pop(0), 1.0
+                draft.forced += 1
             else:
-                token, confidence = top_of(logits), 1.0
+                logits = shaped(logits, context, draft.tokens, params, grammar)
+                q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
+                if q is not None:
+                    confidence = q.top()
+                elif draft.confidences is not None:
+                    token, confidence = top_token(logits)
+                else:
+                    token, confidence = top_of(logits), 1.0
             if n > budget.floor and confidence < self.settings.p_min:
                 break
             path_p *= budget.acceptance(self.key, confidence)
@@ -93,13 +102,21 @@ class DraftModelDrafter:
             if draft.confidences is not None:
                 draft.confidences.append(confidence)
             if draft.probs is not None:
-                draft.probs.append(q)  # type: ignore[arg-type]
+                draft.probs.append(q)
             if not budget.extend(self.key, path_p, n):
                 break
             if grammar is not None:
                 grammar.accept(token)
-            row = self.model.decode([token], all_logits=False, top_only=top_only)[0]  # type: ignore[index]
-            logits = row if isinstance(row, TopTokens) else self.view.fit(row)
+            unseen.append(token)
+            if not forced:  # a forced run is evaluated in one pass, after its last token
+                row = self.model.decode(unseen, all_logits=False, top_only=top_only)[0]  # type: ignore[index]
+                logits = row if isinstance(row, TopTokens) else self.view.fit(row)
+                unseen = []
+
+    def _forced(self) -> ForcedText:
+        if self.forced_text is None:
+            self.forced_text = ForcedText(self.model)
+        return self.forced_text
 
     def end(self, context: Sequence[int]) -> None:
         return None

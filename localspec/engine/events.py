@@ -62,6 +62,7 @@ class GenerationStats:
     n_prompt_evaluated: int = 0
     n_generated: int = 0
     n_drafted: int = 0
+    n_forced: int = 0  # of those, tokens a grammar allowed alone, drafted without a draft pass
     n_accepted: int = 0
     n_steps: int = 0
     n_steps_drafted: int = 0
@@ -118,7 +119,7 @@ class GenerationStats:
     def mean_tokens_per_step(self) -> float:
         return self.n_generated / self.n_steps if self.n_steps else 0.0
 
-    def record(self, source: str, drafted: int, accepted: int, origin: str = "") -> None:
+    def record(self, source: str, drafted: int, accepted: int, origin: str = "", forced: int = 0) -> None:
         entries = [self.drafters.setdefault(source, DrafterStats())]
         if origin:
             entries.append(self.origins.setdefault(origin, DrafterStats()))
@@ -126,6 +127,7 @@ class GenerationStats:
             entry.drafted += drafted
             entry.accepted += accepted
         self.n_drafted += drafted
+        self.n_forced += forced
         self.n_accepted += accepted
 
     def to_dict(self) -> dict:
@@ -134,6 +136,7 @@ class GenerationStats:
             "n_prompt_evaluated": self.n_prompt_evaluated,
             "n_generated": self.n_generated,
             "n_drafted": self.n_drafted,
+            "n_forced": self.n_forced,
             "n_accepted": self.n_accepted,
             "n_steps": self.n_steps,
             "n_steps_drafted": self.n_steps_drafted,

@@ -253,7 +253,7 @@ class SpeculativeEngine:
         accepted = min(n_acc, shown)
         run.spent[-1].shown = shown
         if draft.tokens:
-            stats.record(draft.source, len(draft.tokens), accepted, draft.origin)
+            stats.record(draft.source, len(draft.tokens), accepted, draft.origin, draft.forced)
         yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
 
     def _done(self, run: Run) -> DoneEvent:
