@@ -3,8 +3,10 @@
 alone and drafted (auto, fixed 8), each with and without the schema's grammar, in one process with
 the modes interleaved per prompt; beside them llama-cpp-python's own `create_completion` with a
 `LlamaGrammar` of the same schema (its grammar sampler in C). Reports tokens/s, speedups over the
-target alone under the same condition, the engine's time outside llama.cpp per token, and the share
-of emitted tokens the grammar forced (it allowed no other: what drafting them for free would gain).
+target alone under the same condition, the engine's time outside llama.cpp per token, the share
+of emitted tokens the grammar forced (it allowed no other token), and the drafted tokens that were
+drafted for free (text the grammar allowed alone, backend/forced.py), beside the same fixed-8 draft
+without them (`fixed-8/paid`: every token a draft-model pass) under the schema.
 
 Usage: python benchmarks/structured.py TARGET.gguf DRAFT.gguf [-n 96] [--repeat 1] [--json OUT.json]"""
 
@@ -43,7 +45,19 @@ TASKS = [
     ("JSON with event, date and attendees for: 'Kim's birthday dinner, Friday 12 July, with Sam, Alex, Priya and Jo.'", EVENT),
 ]
 GREEDY = SamplingParams(temperature=0.0)
-MODES = {"alone": ("off", None), "auto": ("auto", None), "fixed-8": ("fixed", 8)}
+MODES = {"alone": ("off", None), "auto": ("auto", None), "fixed-8": ("fixed", 8), "fixed-8/paid": ("fixed", 8)}
+
+
+class _NothingForced:
+    def tokens(self, grammar: Grammar) -> list[int]:
+        return []
+
+
+class PaidDrafter(DraftModelDrafter):
+    """The draft model drafting every token itself, forced text included."""
+
+    def _forced(self) -> _NothingForced:  # type: ignore[override]
+        return _NothingForced()
 
 
 def forced_share(target: Model, tokens: list[int], gbnf: str) -> float:
@@ -86,7 +100,8 @@ def main() -> None:
     threads = physical_cores()
     opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
     target, draft = Model(a.target, opts), Model(a.draft, opts)
-    engines = {"alone": SpeculativeEngine(target, None), **{m: SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model") for m in ("auto", "fixed-8")}}
+    engines = {"alone": SpeculativeEngine(target, None), **{m: SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model") for m in ("auto", "fixed-8")},
+               "fixed-8/paid": SpeculativeEngine(target, PaidDrafter(draft, target.n_vocab), "draft-model")}
     rows: list[dict] = []
     for r in range(a.repeat):
         for i, (text, schema) in enumerate(TASKS):
@@ -95,6 +110,8 @@ def main() -> None:
             for grammar in (None, gbnf):
                 condition = "schema" if grammar else "free"
                 for mode, (draft_mode, draft_max) in MODES.items():
+                    if mode == "fixed-8/paid" and not grammar:
+                        continue
                     config = GenerationConfig(max_tokens=a.n, sampling=GREEDY, draft_mode=draft_mode, grammar=grammar, **({"draft_max": draft_max} if draft_max else {}))
                     target.truncate(0)
                     draft.truncate(0)
@@ -103,13 +120,14 @@ def main() -> None:
                     s = done.stats
                     outside = s.elapsed_s - (target.busy_s - marks[0][0]) - (draft.busy_s - marks[0][1])
                     row = {"prompt": i, "repeat": r, "condition": condition, "mode": mode, "tokens_per_second": s.tokens_per_second,
-                           "generated": s.n_generated, "drafted": s.n_drafted, "accepted": s.n_accepted,
+                           "generated": s.n_generated, "drafted": s.n_drafted, "forced": s.n_forced, "accepted": s.n_accepted,
                            "outside_ms_per_token": 1e3 * outside / max(s.n_generated, 1), "text": done.text}
                     if grammar and mode == "alone":
                         row["valid"] = _valid(done.text)
                         row["forced_share"] = forced_share(target, done.tokens, gbnf)
                     rows.append(row)
-                    print(f"#{r} p{i} {condition:6} {mode:8} {s.tokens_per_second:6.1f} tok/s, {s.n_generated} tokens, accepted {s.n_accepted}/{s.n_drafted}, "
+                    print(f"#{r} p{i} {condition:6} {mode:12} {s.tokens_per_second:6.1f} tok/s, {s.n_generated} tokens, accepted {s.n_accepted}/{s.n_drafted} "
+                          f"({s.n_forced} for free), "
                           f"outside {row['outside_ms_per_token']:.2f} ms/token", flush=True)
                 tps, out = theirs(a.target, tokens, a.n, threads, grammar)
                 rows.append({"prompt": i, "repeat": r, "condition": condition, "mode": "llama-cpp-python", "tokens_per_second": tps, "text": out})
@@ -128,16 +146,19 @@ def _valid(text: str) -> bool:
 
 
 def report(rows: list[dict]) -> None:
-    print("\n| condition | mode | tok/s (median) | speedup over alone (median of per-prompt ratios) | accepted/drafted | outside llama.cpp, ms/token |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| condition | mode | tok/s (median) | speedup over alone (median of per-prompt ratios) | accepted/drafted | drafted for free | outside llama.cpp, ms/token |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for condition in ("free", "schema"):
         alone = {(r["prompt"], r["repeat"]): r["tokens_per_second"] for r in rows if r["condition"] == condition and r["mode"] == "alone"}
         for mode in (*MODES, "llama-cpp-python"):
             mine = [r for r in rows if r["condition"] == condition and r["mode"] == mode]
+            if not mine:
+                continue
             ratios = [r["tokens_per_second"] / alone[(r["prompt"], r["repeat"])] for r in mine]
             acc = f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)}" if "drafted" in mine[0] else "-"
             out = f"{statistics.median(r['outside_ms_per_token'] for r in mine):.2f}" if "outside_ms_per_token" in mine[0] else "-"
-            print(f"| {condition} | {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | {statistics.median(ratios):.2f}x | {acc} | {out} |")
+            free = f"{sum(r['forced'] for r in mine)}/{sum(r['drafted'] for r in mine)}" if "forced" in mine[0] else "-"
+            print(f"| {condition} | {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | {statistics.median(ratios):.2f}x | {acc} | {free} | {out} |")
     schema = [r for r in rows if r.get("forced_share") is not None]
     print(f"\nschema, target alone: {sum(r['valid'] for r in schema)}/{len(schema)} outputs parse as JSON; "
           f"tokens the grammar forced: median {statistics.median(r['forced_share'] for r in schema):.1%}")
