@@ -37,7 +37,10 @@ class ForcedText:
         """The tokens of the text `grammar` forces next, all but the last (what follows a forced run
         may merge with its end into another token: the drafter drafts that one itself)."""
         text = self._text(grammar)
-        return self._spelled(text)[:-1] if text else []
+        tokens = self._spelled(text)[:-1] if text else []
+        # The grammar judges a token by its piece, so a spelling of allowed text passes; llama.cpp
+        # aborts on accepting any other token, so the draft is cut where one would not pass.
+        return tokens[: grammar.allowed_prefix(tokens)]
 
     def _spelled(self, text: str) -> list[int]:
         """The tokens of `text` as it continues a text (empty if none spell it exactly). A tokenizer
@@ -64,3 +67,4 @@ class ForcedText:
         finally:
             probe.close()
         return "".join(chars)
+

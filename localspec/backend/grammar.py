@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 
 import llama_cpp
 import numpy as np
@@ -95,6 +96,18 @@ class Grammar:
         array = llama_cpp.llama_token_data_array(data.ctypes.data_as(llama_cpp.llama_token_data_p), len(data), -1, False)
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
         return np.isfinite(data["logit"])
+
+    def allowed_prefix(self, tokens: Sequence[int]) -> int:
+        """How many of a chain's first tokens the grammar allows, one after the other."""
+        state = self.clone()
+        try:
+            for n, token in enumerate(tokens):
+                if not state.allowed(np.array([token], dtype=np.int32))[0]:
+                    return n
+                state.accept(token)
+            return len(tokens)
+        finally:
+            state.close()
 
     def accept(self, token: int) -> None:
         llama_cpp.llama_sampler_accept(self._sampler, token)

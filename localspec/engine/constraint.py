@@ -1,6 +1,6 @@
 """A step under the rules that depend on the text before a position, penalties and a grammar: the
-target's rows of a verifying pass shaped along the draft, and a lookup draft cut where the
-grammar stops it.
+target's rows of a verifying pass shaped along the draft (a lookup draft is cut where the grammar
+stops it by Grammar.allowed_prefix).
 
 Row 0 of a pass is the prediction after the context, row i + 1 the prediction after draft node i:
 so row i + 1 is penalised for the context and the path to node i, and judged where the grammar
@@ -59,16 +59,3 @@ def _reachable(row: np.ndarray, token: int, params: SamplingParams) -> bool:
     """Whether a draft token can be accepted on its (constrained) row: only as the argmax in greedy
     decoding, whose rows past the first mismatch are never read; with any probability otherwise."""
     return int(np.argmax(row)) == token if params.greedy else bool(np.isfinite(row[token]))
-
-
-def allowed_prefix(tokens: Sequence[int], grammar: Grammar) -> int:
-    """How many of a chain's first tokens the grammar allows, one after the other."""
-    state = grammar.clone()
-    try:
-        for n, token in enumerate(tokens):
-            if not state.allowed(np.array([token], dtype=np.int32))[0]:
-                return n
-            state.accept(token)
-        return len(tokens)
-    finally:
-        state.close()

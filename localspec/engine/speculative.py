@@ -26,7 +26,7 @@ from localspec.backend.grammar import Grammar
 from localspec.backend.model import DecodeAborted, Model
 from localspec.drafters.base import Draft, Drafter
 from localspec.engine.clock import Clock, WallClock
-from localspec.engine.constraint import allowed_prefix, constrain_rows, penalise_rows
+from localspec.engine.constraint import constrain_rows, penalise_rows
 from localspec.engine.controller import AutoController, FixedBudget
 from localspec.engine.events import (
     DoneEvent,
@@ -162,7 +162,7 @@ class SpeculativeEngine:
         if run.grammar is not None and draft.key.lookup and draft.parents is None:
             # Text found, not drafted under the grammar: cut where the grammar stops it (exact, a
             # narrower pass).
-            del draft.tokens[allowed_prefix(draft.tokens, run.grammar) :]
+            del draft.tokens[run.grammar.allowed_prefix(draft.tokens) :]
         out = Proposal(draft, asked=budget.asked)
         if draft.passes or draft.tokens:  # a drafter told not to draft did no work to count
             measured = time.perf_counter() - wall
