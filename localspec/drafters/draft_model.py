@@ -9,6 +9,7 @@ import numpy as np
 from localspec.backend.forced import ForcedText
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
+from localspec.backend.token_text import TokenText
 from localspec.backend.top_tokens import TopTokens, top_of
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
@@ -28,11 +29,12 @@ class DraftModelDrafter:
     name = "draft-model"
     key = DraftKey("draft-model")
 
-    def __init__(self, model: Model, target_vocab: int | None = None) -> None:
+    def __init__(self, model: Model, target_vocab: int | None = None, spelling: TokenText | None = None) -> None:
         self.model = model
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
+        self.spelling = spelling or model  # whose tokenizer spells forced text (a head has none)
         self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
@@ -115,7 +117,7 @@ class DraftModelDrafter:
 
     def _forced(self) -> ForcedText:
         if self.forced_text is None:
-            self.forced_text = ForcedText(self.model)
+            self.forced_text = ForcedText(self.spelling)
         return self.forced_text
 
     def end(self, context: Sequence[int]) -> None:

@@ -16,7 +16,7 @@ class MtpDrafter(DraftModelDrafter):
     key = DraftKey("mtp")
 
     def __init__(self, head: MtpHead) -> None:
-        super().__init__(head)  # type: ignore[arg-type]
+        super().__init__(head, spelling=head.target)  # type: ignore[arg-type]
 
 
 class MtpTreeDrafter(TreeDrafter):
