@@ -12,6 +12,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
+from localspec.backend.devices import local_gpus
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
@@ -118,13 +119,13 @@ class Model(TokenText):
                 raise
 
     def _output_offloaded(self) -> bool:
-        gpu = self.options.n_gpu_layers
-        return bool(llama_cpp.llama_supports_gpu_offload()) and (gpu < 0 or gpu > llama_cpp.llama_model_n_layer(self.model))
+        # Every layer, the output's too, on a GPU or RPC servers (an RPC build alone offloads nothing).
+        gpu, devices = self.options.n_gpu_layers, self.options.devices
+        return (gpu < 0 or gpu > llama_cpp.llama_model_n_layer(self.model)) and bool(devices or local_gpus())
 
     def _want(self, top_only: bool | None) -> None:
-        """top_only: the pass's rows are read for their top tokens only (TopTokens where the device
-        takes them, logits elsewhere: read them with top_of); False: logits; None: nothing is read
-        (a prompt), so whatever the last pass did stands and llama.cpp keeps its graphs."""
+        """top_only: rows read for their top tokens only (TopTokens where the device takes them, else
+        logits: read with top_of); False: logits; None: nothing read (a prompt), so graphs stay."""
         if top_only is not None and self.argmax is not None:
             self.argmax.use(top_only)
 
@@ -190,8 +191,7 @@ class Model(TokenText):
         n = fill(batch, chunk, base, all_logits, want_last)
         rc = self._llama_decode(n)
         if rc == -1 and self.argmax is not None and self.argmax.on:
-            # Refused before the cache was touched (the sampled outputs' check): an experimental
-            # API, so the device's argmax is given up for good.
+            # Refused before the cache was touched (the sampled outputs' check): given up for good.
             self.argmax.close()
             self.argmax = None
             rc = self._llama_decode(n)
