@@ -81,9 +81,9 @@ class DraftModelDrafter:
             if not forced and grammar is not None:
                 forced = self._forced().tokens(grammar)
             q: Dist | None = None
-            if forced:  # what the grammar allows alone: proposed for free, as a one-hot draft
+            free = bool(forced)
+            if free:  # what the grammar allows alone: proposed for free, as a one-hot draft
                 token, confidence = forced.pop(0), 1.0
-                draft.forced += 1
             else:
                 logits = shaped(logits, context, draft.tokens, params, grammar)
                 q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
@@ -101,6 +101,7 @@ class DraftModelDrafter:
             if q is not None:
                 token = coupled.choose(q, len(context) + n - 1) if coupled else sample(q, rng)
             draft.tokens.append(token)
+            draft.forced += free
             if draft.confidences is not None:
                 draft.confidences.append(confidence)
             if draft.probs is not None:
