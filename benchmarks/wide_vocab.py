@@ -57,11 +57,14 @@ def _least_likely_row(source: Path, texts: list[tuple[str, str]], extra: int) ->
     finally:
         llm.close()
     embeddings = _rows_f32(gguf.GGUFReader(str(source)), EMBEDDINGS)
-    logits = states @ embeddings.T
-    top = logits.max(axis=1, keepdims=True)
-    logprobs = logits - top - np.log(np.exp(logits - top).sum(axis=1, keepdims=True))
-    least = int(logprobs.max(axis=0).argmin())
+    least = int(_log_softmax(states @ embeddings.T).max(axis=0).argmin())
     return np.repeat(embeddings[least : least + 1], extra, axis=0)
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Each row's log-probabilities, in float64."""
+    logits = logits.astype(np.float64) - logits.max(axis=1, keepdims=True)
+    return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
 
 
 def _rows_f32(reader: gguf.GGUFReader, name: str) -> np.ndarray:
@@ -133,10 +136,8 @@ def greedy(path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS) ->
             done = [e for e in engine.generate(prompt, config) if isinstance(e, DoneEvent)]
             outs.append(done[0].tokens)
             model.truncate(0)
-            logits = np.array(model.decode([*prompt, *done[0].tokens], all_logits=True)[len(prompt) - 1 :], dtype=np.float64)
+            probs = np.exp(_log_softmax(model.decode([*prompt, *done[0].tokens], all_logits=True)[len(prompt) - 1 :]))
             model.truncate(0)
-            logits -= logits.max(axis=1, keepdims=True)
-            probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
             padded = max(padded, float(probs[:, n_real:].sum(axis=1).max()))
             texts.append(tuple(b"".join(map(model.piece, part)).decode("utf-8", "replace") for part in (prompt, done[0].tokens)))
     return outs, padded, texts
@@ -159,9 +160,7 @@ def main() -> None:
     n = len(gguf.GGUFReader(str(light)).fields["tokenizer.ggml.tokens"].contents())
     if min(widths) <= n:
         raise SystemExit(f"{light} already has {n} tokens")
-    # The states the padded rows point against: the light target's along other prompts than the
-    # check's, and its replies to them.
-    texts = greedy(light, n, STATE_PROMPTS)[2]
+    texts: list[tuple[str, str]] = []  # where the light target generates, on other prompts than the check's
     for src in sources:
         rows = None  # the same rows for every width of a file (a wider one has more of them)
         for width in widths:
@@ -169,6 +168,7 @@ def main() -> None:
             folder.mkdir(exist_ok=True)
             dst = folder / src.name
             if not dst.exists():
+                texts = texts or greedy(light, n, STATE_PROMPTS)[2]
                 rows = rows if rows is not None else _least_likely_row(src, texts, max(widths) - n)
                 pad(src, dst.with_suffix(".partial"), width, rows)
                 dst.with_suffix(".partial").rename(dst)
@@ -179,6 +179,7 @@ def main() -> None:
                       f"{src.name}; padded ids took at most {padded:.1e} of the probability where it was generated")
                 if before != after:
                     raise SystemExit(1)
+
 
 if __name__ == "__main__":
     main()
