@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
+import numpy as np  # noqa: E402
 
 from localspec.backend.hardware import physical_cores  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402

@@ -128,6 +128,7 @@ def main() -> None:
     ap.add_argument("--gpu-layers", type=int, default=0, help="layers offloaded, every side alike (99: all)")
     ap.add_argument("--argmax", default="device", help="where greedy argmaxes are taken, comma-separated: device (where "
                     "the output layer is offloaded, else the host), host")
+    ap.add_argument("--engine-only", action="store_true", help="the engine's rows alone: no loads, llama-bench or create_completion")
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
     threads = physical_cores()
@@ -136,9 +137,10 @@ def main() -> None:
     for width in a.widths.split(","):
         folder = a.testbed / FOLDERS[width]
         target_path, draft_path = folder / a.target, folder / a.draft
-        ours_load, theirs_load = load_times(target_path, gpu_layers=a.gpu_layers)
-        rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
-        print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
+        if not a.engine_only:
+            ours_load, theirs_load = load_times(target_path, gpu_layers=a.gpu_layers)
+            rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
+            print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
         pairs = {}
         for place in a.argmax.split(","):
             opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_gpu_layers=a.gpu_layers,
@@ -148,11 +150,12 @@ def main() -> None:
         # Native decodes after as many tokens as the median prompt here holds.
         depth = int(statistics.median(len(prompt_tokens(target, p.text, raw=False)) for p in prompts))
         for r in range(a.repeat):
-            native = llama_bench(a.native, target_path, a.n, threads, depth, gpu_layers=a.gpu_layers)
-            rows.append({"width": width, "kind": "native", "repeat": r, "tokens_per_second": native})
+            if not a.engine_only:
+                native = llama_bench(a.native, target_path, a.n, threads, depth, gpu_layers=a.gpu_layers)
+                rows.append({"width": width, "kind": "native", "repeat": r, "tokens_per_second": native})
             for p in prompts:
                 tokens = prompt_tokens(target, p.text, raw=False)
-                for params, label in ((GREEDY, "greedy"), (WARM, "temp0.8")):
+                for params, label in ((GREEDY, "greedy"), (WARM, "temp0.8")) if not a.engine_only else ():
                     tps = llama_cpp_python(target_path, tokens, a.n, threads, params, seed=r, gpu_layers=a.gpu_layers)
                     rows.append({"width": width, "kind": "llama-cpp-python", "sampling": label, "prompt": p.id, "repeat": r, "tokens_per_second": tps})
                 for mode in a.modes.split(","):

@@ -19,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
+import numpy as np  # noqa: E402
 
 from localspec.backend.grammar import Grammar, schema_grammar  # noqa: E402
 from localspec.backend.hardware import physical_cores  # noqa: E402

@@ -21,11 +21,12 @@ import argparse
 import sys
 from pathlib import Path
 
-import gguf
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
+import gguf  # noqa: E402
+import numpy as np  # noqa: E402
 
 EMBEDDINGS = "token_embd.weight"
 SEPARATE_OUTPUT = "output.weight"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import localspec
@@ -141,3 +143,11 @@ def test_the_checks_see_a_violation():
     assert "localspec.session.loader" in deps  # imported inside the command function
     assert layer("localspec.drafters.tree") > layer("localspec.engine.controller")
     assert layer("localspec.engine.speculative") < layer("localspec.backend.model")
+
+
+def test_llama_cpps_libraries_load_before_numpys():
+    """Any module of the package, imported first, has llama.cpp's libraries loaded before NumPy's
+    (a CUDA build segfaulted loading models the other way round: localspec/__init__.py)."""
+    probe = "import sys, localspec.sampling.dist; m = list(sys.modules); print(m.index('llama_cpp.llama_cpp') < m.index('numpy'))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "True"

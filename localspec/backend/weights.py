@@ -41,10 +41,8 @@ def load_weights(
     # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
     # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,
     # still open; seen here in a VM with Q4_1 weights). Without the extra buffer types the CPU runs
-    # the plain AVX-512 kernels: slower prompt passes there, but no crash. Only in a build without
-    # GPU offload: a CUDA build on an H200 host with AMX segfaulted in this very call without them
-    # whenever weights stayed on the host (a tokenizer's vocab-only load, -ngl 0), and ran with them.
-    params.use_extra_bufts = not (_cpu_has_amx() and not llama_cpp.llama_supports_gpu_offload())
+    # the plain AVX-512 kernels: slower prompt passes there, but no crash.
+    params.use_extra_bufts = not _cpu_has_amx()
     model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
     if not model:
         what = f"llama.cpp could not load {path} (unsupported architecture or corrupt file"
