@@ -17,7 +17,7 @@ from conftest import TinyModels, model_options
 from rich.console import Console
 
 from localspec.backend.model import Model
-from localspec.cli.views.render import summary_line
+from localspec.cli.views.render import fit, summary_line
 from localspec.cli.views.tui import LiveRenderer, LiveStats
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import DoneEvent, GenerationStats, StepEvent, TokenEvent
@@ -161,6 +161,18 @@ def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_au
     assert "target alone" not in unanchored and "auto:" not in unanchored  # no one-token pass timed: no estimate
 
 
+def test_the_summary_is_broken_at_spaces_and_after_separators_to_fit_a_terminal():
+    line = "96 tokens in 1.34s (71.6 tok/s) · drafter draft-model · accepted 84/84 drafted (100.0%), 1.99 tokens/pass · stop: length"
+    assert fit(line, None) == line and fit(line, 200) == line
+    for width in (20, 40, 80):
+        rows = fit(line, width).split("\n")
+        assert " ".join(rows) == line
+        assert all(len(row) < width for row in rows), rows
+        assert not any(row.startswith("·") for row in rows)
+    assert fit(line, 40).split("\n")[:2] == ["96 tokens in 1.34s (71.6 tok/s) ·", "drafter draft-model · accepted 84/84"]
+    assert fit("a " + "x" * 50 + " b", 20) == "a\n" + "x" * 50 + "\nb"  # a word wider than the terminal: a row of its own
+
+
 @pytest.mark.parametrize("width", [40, 120])
 def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Path, tmp_path: Path, width: int):
     """A real terminal forgets a pending wrap when the cursor is restored after a status refresh:
@@ -179,5 +191,10 @@ def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Pat
         return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
     assert lines(expected) in lines(screen)
-    summary = screen.strip().splitlines()[-1]
+    rows = screen.strip().splitlines()
+    rows = rows[max(i for i, row in enumerate(rows) if row.startswith(f"{n} tokens in ")):]
+    # The capture joins what the terminal wrapped: every row narrower than the pane was broken by
+    # localspec at a space, never by the terminal inside a word.
+    assert all(len(row) < width for row in rows), rows
+    summary = " ".join(rows)
     assert re.fullmatch(rf"{n} tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: {stop}", summary), summary

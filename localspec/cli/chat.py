@@ -121,7 +121,7 @@ def chat(
 
     from localspec.cli.views.loading import loading
     from localspec.cli.views.plain import say
-    from localspec.cli.views.render import render_plain, summary_line
+    from localspec.cli.views.render import fit, render_plain, summary_line
     from localspec.cli.views.tui import LiveRenderer
     from localspec.session.conversation import ChatSession
     from localspec.session.loader import load
@@ -174,7 +174,7 @@ def chat(
             except LocalspecError as e:
                 say(err, (f"error: {e}", "red"))
                 continue
-            say(err, (summary_line(done.stats, done.stop_reason), "dim"))
+            say(err, (fit(summary_line(done.stats, done.stop_reason), err.width if err.is_terminal else None), "dim"))
             if stopped.signal not in (None, signal.SIGINT):
                 raise typer.Exit(stopped.exit_code)  # SIGTERM or SIGHUP: the session ends, history saved
         kept = " · `localspec chat --resume` continues it" if session.messages else ""

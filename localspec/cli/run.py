@@ -48,9 +48,11 @@ def run(
     from localspec.cli.views.loading import loading
     from localspec.cli.views.render import (
         collect,
+        fit,
         render_plain,
         result_json,
         summary_line,
+        terminal_width,
     )
     from localspec.cli.views.tui import LiveRenderer
     from localspec.session.generation import generation_config
@@ -102,6 +104,6 @@ def run(
     elif not quiet:
         if notice:
             typer.echo(f"note: {notice}", err=True)
-        typer.echo(summary_line(done.stats, done.stop_reason), err=True)
+        typer.echo(fit(summary_line(done.stats, done.stop_reason), terminal_width(sys.stderr)), err=True)
     if done.stop_reason == "interrupted":
         raise typer.Exit(stopped.exit_code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -48,6 +49,35 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
         did = f"auto: drafted {stats.n_steps_drafted} of {stats.n_steps} steps"
         parts.append(f"{did}; {stats.notes[-1]}" if stats.notes else did)
     return " · ".join(parts)
+
+
+def fit(line: str, width: int | None) -> str:
+    """`line` in rows of fewer than `width` columns (None: one row), broken at spaces and after a
+    part's separator, so that no terminal wraps it inside a word; the rows joined by spaces are
+    `line` again. A word wider than the terminal keeps a row of its own."""
+    if not width or len(line) < width:
+        return line
+    units: list[str] = []
+    for word in line.split(" "):
+        if word == "·" and units:
+            units[-1] += " ·"
+        else:
+            units.append(word)
+    rows = [units[0]]
+    for unit in units[1:]:
+        if len(rows[-1]) + 1 + len(unit) < width:
+            rows[-1] += " " + unit
+        else:
+            rows.append(unit)
+    return "\n".join(rows)
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The columns of the terminal `stream` shows on; None when it shows on none (a pipe, a file)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except OSError:
+        return None
 
 
 def render_plain(events: Iterable[Event], out: TextIO | None = None, err: TextIO | None = None) -> DoneEvent:
