@@ -18,6 +18,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.events import drain
+from localspec.engine.controller import FixedBudget
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.sampling.constrain import constrained
@@ -152,6 +153,20 @@ def test_greedy_output_under_a_grammar_is_the_constrained_target_alones(models, 
         assert re.fullmatch(r"( (the|cat|sat|on|mat|dog|ran)){1,6}", got.text), got.text
         drafted += got.stats.n_drafted
     assert drafter == "none" or drafted > 0
+
+
+def test_a_draft_ends_at_the_end_of_generation(models):
+    """Once the grammar's text is complete it allows only an end of generation: the draft proposes
+    it and stops (the target ends there; every token drafted after it was a draft pass for nothing)."""
+    target, draft = models
+    grammar = Grammar.compile(target.vocab, 'root ::= " the cat"')
+    prompt = target.tokenize("the cat sat on the mat. the cat sat on")
+    proposal = DraftModelDrafter(draft, target.n_vocab)
+    proposal.begin(prompt, proposal.settings)
+    out = proposal.propose(prompt, FixedBudget(16), GREEDY, np.random.default_rng(0), grammar)
+    grammar.close()
+    assert b"".join(target.piece(t) for t in out.tokens) == b" the cat", out.tokens
+    assert [t for t in out.tokens if target.is_eog(t)] == [out.tokens[-1]], out.tokens  # one, and last
 
 
 def test_sampled_output_under_a_grammar_matches_it(models):

@@ -34,7 +34,7 @@ class DraftModelDrafter:
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
-        self.spelling = spelling or model  # whose tokenizer spells forced text (a head has none)
+        self.spelling = spelling or model  # whose tokenizer spells forced text and ends text (a head has none)
         self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
@@ -106,7 +106,9 @@ class DraftModelDrafter:
                 draft.confidences.append(confidence)
             if draft.probs is not None:
                 draft.probs.append(q)
-            if not budget.extend(self.key, path_p, n):
+            # The target stops at an end of generation it accepts: nothing after it is verified (a
+            # grammar's output, once complete, allows nothing else, so its drafts end there).
+            if self.spelling.is_eog(token) or not budget.extend(self.key, path_p, n):
                 break
             if grammar is not None:
                 grammar.accept(token)
