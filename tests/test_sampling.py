@@ -169,6 +169,25 @@ def test_top_ids_are_the_largest_in_order(vocab: int):
         np.testing.assert_array_equal(top_ids(logits, n), np.argsort(-logits, kind="stable")[:n])
 
 
+@pytest.mark.parametrize("vocab", WIDE[1:])
+def test_top_ids_over_many_equal_unused_ids(vocab: int):
+    """A padded vocabulary: most ids share one low logit (the wide testbed's, and real models'
+    unused rows copied from one another); ties among the largest too."""
+    from localspec.sampling.dist import top_ids
+
+    logits = _logits(vocab, 7)
+    logits[49152:] = -30.0
+    first = int(np.argmax(logits))
+    logits[[5, 900, 40000]] = logits[first]
+    for n in (1, 3, 4, 40, 200):
+        ids = top_ids(logits, n)
+        # The n largest values, largest first, equal ones in id order (of those equal to the n-th,
+        # any may be the one kept).
+        np.testing.assert_array_equal(logits[ids], np.sort(logits)[::-1][:n])
+        assert len(set(ids.tolist())) == n and all(a < b for a, b in zip(ids, ids[1:]) if logits[a] == logits[b])
+    np.testing.assert_array_equal(top_ids(logits, 4), sorted({5, 900, 40000, first}))  # a tie kept whole
+
+
 @pytest.mark.parametrize("vocab", WIDE)
 @pytest.mark.parametrize("top", [30.0, 12.0, 3.0, 0.0])  # very sure ... no token above the bulk
 def test_top_token_is_the_argmax_and_its_probability(vocab: int, top: float):
