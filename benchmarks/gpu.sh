@@ -2,8 +2,9 @@
 # #19 and #22 on a CUDA GPU, run by ../shared/gpu's kit (call 2: `bash .gpu/call2.sh benchmarks/gpu.sh`,
 # which sets TB, NATIVE, PROMPTS and OUT), every step under a timeout so that the whole fits one call:
 # a CLI smoke run; the 262k-id testbed; what the engine spends outside llama.cpp per step with every
-# layer offloaded, greedy argmaxes taken on the device and on the host, beside llama-bench and
-# llama-cpp-python on the same GPU, at 262k then 49k ids; structured output on the heavy pair.
+# layer offloaded, greedy argmaxes taken on the device and on the host, at 262k ids; structured
+# output on the heavy pair; then, as time allows, the same at 49k beside llama-bench and
+# llama-cpp-python on the same GPU.
 # The kit's wheels lack the server's, which the CLI imports: after stage.sh, and before call 1,
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux2014_x86_64 -d .gpu/wheels starlette anyio sniffio idna

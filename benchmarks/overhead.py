@@ -134,6 +134,7 @@ def main() -> None:
     threads = physical_cores()
     prompts = [p for p in load_prompts(a.prompts, [], 1)][: a.count]
     rows: list[dict] = []
+    peers = () if a.engine_only else ((GREEDY, "greedy"), (WARM, "temp0.8"))  # create_completion's samplings
     for width in a.widths.split(","):
         folder = a.testbed / FOLDERS[width]
         target_path, draft_path = folder / a.target, folder / a.draft
@@ -155,7 +156,7 @@ def main() -> None:
                 rows.append({"width": width, "kind": "native", "repeat": r, "tokens_per_second": native})
             for p in prompts:
                 tokens = prompt_tokens(target, p.text, raw=False)
-                for params, label in ((GREEDY, "greedy"), (WARM, "temp0.8")) if not a.engine_only else ():
+                for params, label in peers:
                     tps = llama_cpp_python(target_path, tokens, a.n, threads, params, seed=r, gpu_layers=a.gpu_layers)
                     rows.append({"width": width, "kind": "llama-cpp-python", "sampling": label, "prompt": p.id, "repeat": r, "tokens_per_second": tps})
                 for mode in a.modes.split(","):
