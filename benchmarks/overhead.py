@@ -15,8 +15,11 @@ done when its llama_decode returns). The target alone's tokens/s stands
 beside llama-bench's (`-n N -p 0 -d D`, same threads, D the prompts' median length) and llama-cpp-python's `create_completion` (whose
 sampling runs in C) on the same model, run in the same minutes. Load: `localspec run`'s load_s
 against `Llama()`'s in a fresh process each, the same file, in alternating order (medians of 3).
-With --gpu-layers (every side offloads as many), each mode runs with greedy argmaxes taken on the
-device (backend/top_tokens.py) and on the host, interleaved, each a model pair of its own."""
+Beside each greedy row on the host stands its floor: what reading the rows costs right after their
+pass with no engine at all (a draft row's argmax per drafted token, a verification's rows), on a
+CPU paid cold, since every pass streams the weights through the caches. With --gpu-layers (every
+side offloads as many), each mode runs with greedy argmaxes taken on the device
+(backend/top_tokens.py) and on the host, interleaved, each a model pair of its own."""
 
 from __future__ import annotations
 
@@ -143,7 +146,7 @@ def main() -> None:
             rows.append({"width": width, "kind": "load", "ours": ours_load, "llama_cpp_python": theirs_load})
             print(f"{width} load: localspec {ours_load:.2f}s, Llama() {theirs_load:.2f}s", flush=True)
         pairs = {}
-        for place in a.argmax.split(","):
+        for place in a.argmax.split(",") if a.gpu_layers else ["host"]:  # with no layers offloaded, no device
             opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads, n_gpu_layers=a.gpu_layers,
                                 device_argmax=place == "device")
             pairs[place] = (Model(target_path, opts), Model(draft_path, opts))
@@ -159,6 +162,8 @@ def main() -> None:
                 for params, label in peers:
                     tps = llama_cpp_python(target_path, tokens, a.n, threads, params, seed=r, gpu_layers=a.gpu_layers)
                     rows.append({"width": width, "kind": "llama-cpp-python", "sampling": label, "prompt": p.id, "repeat": r, "tokens_per_second": tps})
+                if "host" in pairs:
+                    rows.append({**_floor_row(*pairs["host"], tokens), "width": width, "prompt": p.id, "repeat": r})
                 for mode in a.modes.split(","):
                     for place, (target, draft) in pairs.items():
                         row = _engine_row(target, draft, mode, tokens, a.n, r)
@@ -204,6 +209,29 @@ def _engine_row(target: Model, draft: Model, mode: str, tokens: list[int], n: in
     }
 
 
+def _floor_row(target: Model, draft: Model, tokens: list[int], passes: int = 32) -> dict:
+    """What the host pays to read rows right after their pass, before any engine: the argmax of a
+    draft pass's row, and of a nine-row verification's. On a CPU a pass streams the weights through
+    the caches, so these read cold (several times their cost in a loop over one row)."""
+    draft.truncate(0)
+    target.truncate(0)
+    draft.prefill(tokens)
+    target.prefill(tokens)
+    one, nine, token = [], [], tokens[-1]
+    for _ in range(passes):
+        row = draft.decode([token], all_logits=False)[0]  # type: ignore[index]
+        start = time.perf_counter()
+        token = int(row.argmax())
+        one.append(time.perf_counter() - start)
+    for _ in range(passes // 4):
+        rows = target.decode([token] * 9, all_logits=True)
+        start = time.perf_counter()
+        rows.argmax(axis=1)  # type: ignore[union-attr]
+        nine.append(time.perf_counter() - start)
+        target.truncate(len(tokens))
+    return {"kind": "floor", "draft_row_ms": 1e3 * statistics.median(one), "verify_rows_ms": 1e3 * statistics.median(nine)}
+
+
 def _median(rows: list[dict], key: str, **match: object) -> float:
     values = [x[key] for x in rows if all(x.get(k) == v for k, v in match.items())]
     return statistics.median(values) if values else float("nan")
@@ -212,17 +240,23 @@ def _median(rows: list[dict], key: str, **match: object) -> float:
 def report(rows: list[dict], modes: list[str]) -> None:
     widths = list(dict.fromkeys(x["width"] for x in rows))
     places = list(dict.fromkeys(x["argmax"] for x in rows if x["kind"] == "engine"))
-    print("\n| width | mode | argmax | tok/s | engine outside llama.cpp, ms/step | ms/verified position | drafted/step | bar, ms/step | target pass, ms | draft pass, ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| width | mode | argmax | tok/s | engine outside llama.cpp, ms/step | ms/verified position | drafted/step | bar, ms/step | "
+          "floor: the rows' argmaxes alone, ms/step | target pass, ms | draft pass, ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w in widths:
         for mode in modes:
             for place in places:
                 at = dict(width=w, mode=mode, argmax=place)
                 step, per_pos = _median(rows, "outside_ms_per_step", **at), _median(rows, "outside_ms_per_verified", **at)
                 drafted = _median(rows, "drafted_per_step", **at)
-                bar = f"<= {0.5 + 0.05 * drafted:.2f}" if MODES[mode][1].greedy else f"<= 1.00 per position ({per_pos:.3f})"
+                greedy = MODES[mode][1].greedy
+                bar = f"<= {0.5 + 0.05 * drafted:.2f}" if greedy else f"<= 1.00 per position ({per_pos:.3f})"
+                floor = "-"
+                if greedy and place == "host":  # a drafted token reads a draft row; a step verifies up to nine rows
+                    one, nine = _median(rows, "draft_row_ms", width=w, kind="floor"), _median(rows, "verify_rows_ms", width=w, kind="floor")
+                    floor = f"{drafted * one + nine * (drafted + 1) / 9:.3f}"
                 print(f"| {w} | {mode} | {place} | {_median(rows, 'tokens_per_second', **at):.1f} | {step:.3f} | {per_pos:.3f} | {drafted:.1f} | "
-                      f"{bar} | {_median(rows, 'target_pass_ms', **at):.2f} | {_median(rows, 'draft_pass_ms', **at):.2f} |")
+                      f"{bar} | {floor} | {_median(rows, 'target_pass_ms', **at):.2f} | {_median(rows, 'draft_pass_ms', **at):.2f} |")
     print(f"\n| width | target alone greedy ({places[0]} argmax), tok/s | llama-bench | ratio (bar 0.97) | create_completion greedy | ratio (bar 0.95) | "
           "target alone temp 0.8 | create_completion temp 0.8 | ratio (bar 0.90) | load localspec, s | load Llama(), s | bar: 1.5x + 1 s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

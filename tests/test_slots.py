@@ -10,6 +10,7 @@ import numpy as np
 from conftest import TinyModels, model_options
 
 from localspec.backend.model import Model
+from localspec.backend.slots import PREFIX_BLOCK, common_prefix
 
 
 def tokens(seed: int, n: int) -> list[int]:
@@ -55,3 +56,16 @@ def test_without_slots_nothing_is_kept(tiny: TinyModels):
         start(model, a)
         start(model, b)
         assert start(model, a) == 0
+
+
+def test_common_prefix_is_where_two_token_lists_part_wherever_that_is():
+    """Compared a block at a time: a parting in the first, a middle or the last block, at a block's
+    edge, none at all, one list a prefix of the other, lists against tuples."""
+    rng = np.random.default_rng(7)
+    for n in (0, 1, PREFIX_BLOCK - 1, PREFIX_BLOCK, PREFIX_BLOCK + 1, 5 * PREFIX_BLOCK + 3):
+        a = [int(t) for t in rng.integers(0, 4, n)]
+        cuts = {0, n // 2, max(n - 1, 0), n, *(i for i in range(0, n, PREFIX_BLOCK))}
+        for cut in cuts:
+            b = a[:cut] + [9] + a[cut + 1 :] if cut < n else a + [9]
+            assert common_prefix(a, b) == common_prefix(tuple(a), b) == common_prefix(b, tuple(a)) == min(cut, n)
+            assert common_prefix(a, a[:cut]) == cut

@@ -13,9 +13,11 @@ from conftest import TinyModels, model_options
 import localspec.backend.model as model_module
 from localspec.backend.model import Model
 from localspec.backend.top_tokens import TopTokens
+from localspec.drafters.base import Draft
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.engine.verdicts import verify
 from localspec.sampling.dist import SamplingParams
 from localspec.sampling.penalties import Penalties
 
@@ -132,3 +134,19 @@ def test_a_refused_batch_gives_the_device_argmax_up_and_decodes_on_logits(on_dev
         prompt, expected = next(iter(baselines.items()))
         assert _tokens(engine, prompt, sampling=GREEDY, draft_mode="fixed") == expected
         assert refused and target.argmax is None
+
+
+def test_greedy_verification_judges_each_row_by_its_lowest_top_id_from_logits_or_top_tokens():
+    """verify() takes every row's top in one call: the same verdicts as a row-by-row argmax, ties
+    to the lowest id, the target's own token at the first rejection or after the last draft."""
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        k = int(rng.integers(0, 6))
+        logits = rng.integers(0, 3, (k + 1, 12)).astype(np.float32)  # many ties
+        tops = [int(np.argmax(row)) for row in logits]
+        drafted = [t if rng.random() < 0.7 else (t + 1) % 12 for t in tops[:k]]
+        n = next((i for i in range(k) if drafted[i] != tops[i]), k)
+        draft = Draft(tokens=drafted)
+        assert verify(logits, draft, GREEDY, rng) == (n, tops[n])
+        on_device = np.array(tops, dtype=np.int32)[:, None].view(TopTokens)
+        assert verify(on_device, draft, GREEDY, rng) == (n, tops[n])

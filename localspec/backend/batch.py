@@ -16,14 +16,15 @@ def fill(batch: Any, tokens: Sequence[int], base: int, every: bool, last: bool =
     """Put `tokens` at positions base.. of SEQ into `batch`, with logits for every token or (`last`)
     for the last one; returns their number."""
     n = len(tokens)
+    token, pos, n_seq_id, seq_id, logits = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits  # a pointer object each
     for i, tok in enumerate(tokens):
-        batch.token[i] = tok
-        batch.pos[i] = base + i
-        batch.n_seq_id[i] = 1
-        batch.seq_id[i][0] = SEQ
-        batch.logits[i] = every
+        token[i] = tok
+        pos[i] = base + i
+        n_seq_id[i] = 1
+        seq_id[i][0] = SEQ
+        logits[i] = every
     if last:
-        batch.logits[n - 1] = True
+        logits[n - 1] = True
     batch.n_tokens = n
     return n
 

@@ -108,7 +108,7 @@ class Model(TokenText):
         self.cached: list[int] = []
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
-        self._pieces: dict[int, bytes] = {}
+        self._pieces, self._ends = {}, {}  # TokenText's: each token's bytes and whether it ends generation
         self.threads = options.n_threads
         self.n_seq_max = options.n_seq_max
         if options.mtp:

@@ -11,10 +11,12 @@ from localspec.backend.vocab import tokenize
 
 
 class TokenText:
-    """Read through `vocab` (a llama_vocab), with the pieces met so far kept in `_pieces`."""
+    """Read through `vocab` (a llama_vocab), with the pieces met so far kept in `_pieces` and
+    whether they end generation in `_ends` (asked of every drafted and emitted token)."""
 
     vocab: Any
     _pieces: dict[int, bytes]
+    _ends: dict[int, bool]
 
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = True) -> list[int]:
         return tokenize(self.vocab, text, add_special, parse_special)
@@ -35,7 +37,10 @@ class TokenText:
         return llama_cpp.llama_vocab_get_text(self.vocab, token).decode("utf-8", "replace")
 
     def is_eog(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        ends = self._ends.get(token)
+        if ends is None:
+            ends = self._ends[token] = bool(llama_cpp.llama_vocab_is_eog(self.vocab, token))
+        return ends
 
     def bos_eos_text(self) -> tuple[str, str, bool]:
         bos = llama_cpp.llama_vocab_bos(self.vocab)

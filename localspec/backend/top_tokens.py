@@ -19,7 +19,12 @@ class TopTokens(np.ndarray):
 def top_of(row: np.ndarray) -> int:
     """The top token of one output row: chosen on the device, or the argmax of its logits (the
     lowest id among equal logits)."""
-    return int(row[0]) if isinstance(row, TopTokens) else int(np.argmax(row))
+    return int(row[0]) if isinstance(row, TopTokens) else int(row.argmax())
+
+
+def top_rows(rows: np.ndarray) -> list[int]:
+    """The top token of each row, as top_of."""
+    return (rows[:, 0] if isinstance(rows, TopTokens) else rows.argmax(axis=1)).tolist()
 
 
 class DeviceArgmax:

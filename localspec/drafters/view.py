@@ -28,6 +28,7 @@ class DraftView:
     def __init__(self, model: Model, target_vocab: int | None = None) -> None:
         self.model = model
         self.n_vocab = target_vocab or model.n_vocab  # the target's: no row handed to the verifier is wider
+        self.wider = model.n_vocab > self.n_vocab
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
         self.synced_s = 0.0  # the last sync's seconds
@@ -65,4 +66,4 @@ class DraftView:
     def fit(self, logits: np.ndarray) -> np.ndarray:
         """Draft logits (one row or several) cut to the target's vocabulary. A draft with fewer ids
         keeps its own width: every distribution made from its logits gives the ids it lacks q = 0."""
-        return logits[..., : self.n_vocab]
+        return logits[..., : self.n_vocab] if self.wider else logits
