@@ -37,7 +37,7 @@ class LogitsReader:
                 self._views.clear()
             pointer = ctypes.cast(at, ctypes.POINTER(ctypes.c_float))
             view = self._views[(at, rows)] = np.ctypeslib.as_array(pointer, shape=(rows, self.n_vocab))
-        if rows > 1 and _logits_at(self.ctx, first + rows - 1) != at + (rows - 1) * self.n_vocab * 4:
+        if rows > 1 and _logits_at(self.ctx, first + rows - 1) != at + (rows - 1) * view.strides[0]:
             # llama.cpp reordered its outputs: gather the rows (a copy, but correct).
             return np.stack([self.rows(1, first + i)[0] for i in range(rows)])
         return view

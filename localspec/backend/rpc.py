@@ -167,7 +167,7 @@ class PassTimer:
         self.since = time.monotonic()
 
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        if kind is None and self.since is not None:
+        if kind is None:
             self.per_token = max(self.per_token, (time.monotonic() - self.since) / self.tokens)
         self.since = None
 

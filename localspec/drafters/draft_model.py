@@ -76,7 +76,6 @@ class DraftModelDrafter:
         grammar, from the constrained logits, the grammar advanced along the drafted tokens."""
         coupled = self.coupling if not params.greedy else None
         one_hot = draft.probs is None
-        plain = grammar is None and params.penalties.off  # rows read as they come
         path_p, forced, unseen = 1.0, [], []  # unseen: drafted, not yet evaluated by the draft
         for n in range(1, max_tokens + 1):
             if not forced and grammar is not None:
@@ -86,8 +85,7 @@ class DraftModelDrafter:
             if free:  # what the grammar allows alone: proposed for free, as a one-hot draft
                 token, confidence = forced.pop(0), 1.0
             else:
-                if not plain:
-                    logits = shaped(logits, context, draft.tokens, params, grammar)
+                logits = shaped(logits, context, draft.tokens, params, grammar)
                 q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
                 if q is not None:
                     confidence = q.top()

@@ -37,8 +37,8 @@ def verify(
         tops = top_rows(logits[: k + 1])
         for i in range(k):
             if tops[i] != draft.tokens[i]:
-                return i, int(tops[i])
-        return k, int(tops[k])
+                return i, tops[i]
+        return k, tops[k]
     for i, d in enumerate(draft.tokens):
         q = draft.probs[i] if draft.probs is not None else None
         accepted, token = accept_draft_token(final_dist(logits[i], params), q, d, rng)
