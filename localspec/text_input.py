@@ -20,6 +20,8 @@ def note(message: str) -> None:
 
 
 def from_bytes(data: bytes, source: str, notify: Callable[[str], None] = note) -> str:
+    """A file's text; a byte-order mark (Windows editors write one) is no part of it."""
+    data = data.removeprefix(b"\xef\xbb\xbf")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

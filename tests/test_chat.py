@@ -106,6 +106,7 @@ def test_ctrl_c_stops_a_reply_and_keeps_it(smollm2_q4: Path, tmp_path: Path):
     child.expect(re.compile(r"\d+(?:\x1b7.*?\x1b8)*\r\n(?:\x1b7.*?\x1b8)*\d+", re.S))
     child.sendintr()
     child.expect_exact("stop: interrupted")
+    assert "^C" not in child.before  # the terminal's echo of Ctrl-C stays out of the reply
     child.expect_exact(PROMPT)
     out = tmp_path / "partial.json"
     child.sendline(f"/save {out}")
@@ -186,7 +187,7 @@ def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_p
     env = {"PATH": "/usr/bin:/bin", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path),
            "XDG_STATE_HOME": str(tmp_path / "state")}
     child = in_terminal("run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0", env=env)
-    child.expect_exact("chatting with")
+    child.expect_exact("chatting with tiny-1 (drafter: ")  # the file's own name (general.name), not its path
     turn(child, "the cat")  # run's options (-n, --temp) hold in the chat
     child.sendline("/exit")
     child.expect(pexpect.EOF)

@@ -359,16 +359,18 @@ def test_every_path_is_checked_before_any_file_is_parsed(tiny: TinyModels, tmp_p
     assert "making the demo target" not in demo.stderr and not (tmp_path / "cache" / "localspec" / "demo").exists()
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (("run", "--temp", "abc"), "Invalid value for '--temp'"),
-    (("run", "--no-such-option"), "No such option: --no-such-option"),
-    (("no-such-command",), "No such command 'no-such-command'"),
-    (("pull",), "Missing argument 'ALIAS'"),
+@pytest.mark.parametrize("args, fragment, listed", [
+    (("run", "--temp", "abc"), "Invalid value for '--temp'", "`localspec run --help` lists the options"),
+    (("run", "--no-such-option"), "No such option: --no-such-option", "`localspec run --help` lists the options"),
+    (("no-such-command",), "No such command 'no-such-command'", "`localspec --help` lists the commands"),
+    (("rnu",), "Did you mean 'run'?", "`localspec --help` lists the commands"),
+    (("index", "bild"), "Did you mean 'build'?", "`localspec index --help` lists the commands"),
+    (("pull",), "Missing argument 'ALIAS'", "`localspec pull --help` lists the options"),
 ])
-def test_usage_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], fragment: str):
+def test_usage_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], fragment: str, listed: str):
     res = localspec(*args)
     line = assert_one_line_error(res, fragment)
-    assert res.returncode == 2 and "--help` lists the options" in line
+    assert res.returncode == 2 and line.endswith(f"({listed})")
 
 
 def test_config_shows_values_as_they_are_typed(tmp_path: Path):

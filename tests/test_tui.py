@@ -152,10 +152,10 @@ def test_status_says_processing_prompt_then_counts_from_the_first_step():
 def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_auto_did():
     stats = GenerationStats(drafter="draft-model", draft_mode="auto", n_generated=100, n_drafted=80, n_accepted=60,
                             n_steps=40, n_steps_drafted=30, elapsed_s=5.0, alone_s=10.0, steps_s=5.0,
-                            notes=["ngram-2 stopped drafting: its steps ran at 9.0 tok/s, the target alone at 10.0"])
+                            notes=["ngram-2 paused: its recent steps ran at 9.0 tok/s, the target alone at 10.0"])
     line = summary_line(stats, "length")
     assert "~2.00x the target alone (est. 10.0 tok/s)" in line
-    assert "auto: drafted 30 of 40 steps; ngram-2 stopped drafting" in line
+    assert "auto: drafted 30 of 40 steps; ngram-2 paused: its recent steps" in line
     unanchored = summary_line(GenerationStats(drafter="draft-model", draft_mode="fixed", n_generated=10, n_drafted=8,
                                               n_accepted=8, n_steps=2, elapsed_s=1.0), "length")
     assert "target alone" not in unanchored and "auto:" not in unanchored  # no one-token pass timed: no estimate

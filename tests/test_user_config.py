@@ -73,7 +73,7 @@ def test_precedence_flag_over_environment_over_config_file(tiny: TinyModels, tmp
     shown = localspec("config", "--json", env={**env, "LOCALSPEC_TEMP": "0.3"})
     assert shown.returncode == 0, shown.stderr
     table = json.loads(shown.stdout)
-    assert table["model"] == {"value": str(tiny.target), "from": "config file"}
+    assert table["model"] == {"value": str(tiny.target), "from": "config file", "about": None}
     assert table["settings"]["draft_max"] == {"value": 3, "from": "config file"}
     assert table["settings"]["temp"] == {"value": 0.3, "from": "environment"}
     assert table["settings"]["top_k"]["from"] == "built-in"

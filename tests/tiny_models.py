@@ -146,7 +146,10 @@ def write_tiny_llama(path: Path, spec: TinySpec) -> Path:
     for name, value in weights.items():
         w.add_tensor(name, value)
     for key, value in spec.header:
-        w.kv_data[0][key].value = value
+        if key in w.kv_data[0]:
+            w.kv_data[0][key].value = value
+        else:  # a key the model would not have: an unsigned number, as llama.cpp's hparams are
+            w.add_uint32(key, value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

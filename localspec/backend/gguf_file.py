@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from localspec.backend.gguf_hparams import hparams_problem
 from localspec.errors import LocalspecError
 from localspec.text_input import exists
 
@@ -262,6 +263,9 @@ def _check_header(parts: list[GGUFInfo], path: Path, role: str) -> None:
         # Per-layer arrays may hold zeros (layers without attention), never only zeros.
         if value == 0 or (isinstance(value, list) and value and not any(value)):
             raise LocalspecError(f"{role} file is inconsistent: {path} (its header gives {arch}.{key} = 0)")
+    problem = hparams_problem(fields, arch)
+    if problem:
+        raise LocalspecError(f"{role} file is inconsistent: {path} (its header gives {problem})")
     tokens = fields.get("tokenizer.ggml.tokens")
     if tokens is not None and not (isinstance(tokens, (list, StringArray)) and len(tokens)):
         raise LocalspecError(f"{role} file is inconsistent: {path} (its vocabulary is empty)")

@@ -14,6 +14,7 @@ import llama_cpp
 import numpy as np
 from llama_cpp.llama_grammar import json_schema_to_gbnf
 
+from localspec.backend.grammar_limits import MAX_NESTING, gbnf_limit_problem, schema_limit_problem
 from localspec.backend.logs import caught_logs
 from localspec.errors import LocalspecError
 
@@ -34,18 +35,31 @@ def schema_grammar(schema: str) -> str:
         parsed = json.loads(schema)
     except json.JSONDecodeError as e:
         raise ValueError(f"is not JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:
+        raise ValueError(f"nests past the limit of {MAX_NESTING}") from None
     if not isinstance(parsed, dict):
         raise ValueError("must be a JSON object (a schema)")
+    problem = schema_limit_problem(parsed)
+    if problem:
+        raise ValueError(problem)
     try:
-        return json_schema_to_gbnf(json.dumps(parsed)).replace(_ANY_CHAR, _JSON_CHAR)
-    except (AssertionError, KeyError, TypeError, ValueError, RecursionError) as e:
-        raise ValueError(f"cannot be turned into a grammar: {e or type(e).__name__}") from None
+        gbnf = json_schema_to_gbnf(json.dumps(parsed)).replace(_ANY_CHAR, _JSON_CHAR)
+    except Exception as e:  # the converter's own checks are asserts, and others fail as they may
+        raise ValueError(f"cannot be turned into a grammar: {str(e)[:200] or type(e).__name__}") from None
+    problem = gbnf_problem(gbnf)  # the limits, then llama.cpp's parser, its complaints caught
+    if problem:
+        raise ValueError(f"becomes a grammar that {problem}")
+    return gbnf
 
 
 @functools.lru_cache(maxsize=32)
 def gbnf_problem(gbnf: str) -> str | None:
     """Why llama.cpp's parser refuses `gbnf` (None: it parses, with a rule named root). The parser
-    writes its reasons to the process's stderr and to llama.cpp's log, both caught for the while."""
+    writes its reasons to the process's stderr and to llama.cpp's log, both caught for the while.
+    A grammar past the limits is refused before the parser sees it (grammar_limits.py)."""
+    problem = gbnf_limit_problem(gbnf)
+    if problem:
+        return problem
     with tempfile.TemporaryFile() as caught, caught_logs() as logged:
         saved = os.dup(2)
         os.dup2(caught.fileno(), 2)
@@ -84,6 +98,9 @@ class Grammar:
 
     @classmethod
     def compile(cls, vocab: ctypes.c_void_p, gbnf: str) -> Grammar:
+        problem = gbnf_limit_problem(gbnf)  # checked where it was read too: this is the last gate
+        if problem:
+            raise LocalspecError(f"the grammar {problem}")
         sampler = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
         if not sampler:
             raise LocalspecError(f"the grammar {gbnf_problem(gbnf) or 'was refused by llama.cpp'}")

@@ -56,6 +56,33 @@ def _limit_to_affinity(cores: int) -> int:
     return max(1, min(cores, usable))
 
 
+def total_memory_bytes() -> int | None:
+    """The machine's physical memory, in each system's own way; None where it cannot be read."""
+    if platform.system() == "Windows":
+        return _windows_total_memory()
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _windows_total_memory() -> int | None:
+    import ctypes
+
+    class MemoryStatusEx(ctypes.Structure):  # MEMORYSTATUSEX, sysinfoapi.h
+        _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong)] + [
+            (name, ctypes.c_ulonglong)
+            for name in ("ullTotalPhys", "ullAvailPhys", "ullTotalPageFile", "ullAvailPageFile", "ullTotalVirtual", "ullAvailVirtual", "ullAvailExtendedVirtual")
+        ]
+
+    status = MemoryStatusEx(dwLength=ctypes.sizeof(MemoryStatusEx))
+    try:
+        ok = ctypes.windll.kernel32.GlobalMemoryStatusEx(ctypes.byref(status))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return None
+    return int(status.ullTotalPhys) if ok else None
+
+
 def default_gpu_layers() -> int:
     """Every layer on the GPU when this machine has one llama.cpp can use (Metal, CUDA, ...), else
     none. (llama.cpp's own test counts a build with RPC as one that offloads.)"""
@@ -66,13 +93,16 @@ def default_gpu_layers() -> int:
 
 class OtherLoad:
     """How many cores other processes kept busy since the last reading: the machine's busy time
-    (Linux /proc/stat) less this process's own CPU time. None where that cannot be read."""
+    (Linux /proc/stat) less this process's own CPU time. None where that cannot be read (other
+    systems have no /proc/stat, and no clock ticks to count it in)."""
 
-    def __init__(self, stat: Path = Path("/proc/stat")) -> None:
-        self.stat = stat
+    def __init__(self, stat: Path | None = None) -> None:
+        self.stat = stat or (Path("/proc/stat") if platform.system() == "Linux" else None)
         self._last = self._read()
 
     def _read(self) -> tuple[int, int, float] | None:
+        if self.stat is None:
+            return None
         try:
             ticks = [int(v) for v in self.stat.read_text().split("\n", 1)[0].split()[1:]]
         except (OSError, ValueError):
@@ -91,3 +121,15 @@ class OtherLoad:
         busy = (now[0] - last[0] - (now[1] - last[1])) / per_second
         wall = (now[0] - last[0]) / per_second / (os.cpu_count() or 1)
         return max(busy - (now[2] - last[2]), 0.0) / wall
+
+
+def available_memory_bytes() -> int | None:
+    """Memory a new allocation may take without pushing others out: Linux's MemAvailable (free,
+    plus caches it can drop), elsewhere the machine's total (what may be had with others closed)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return total_memory_bytes()

@@ -21,7 +21,6 @@ the same way."""
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.mtp_archs import CHAINED_ARCHS
 from localspec.backend.slots import common_prefix
+from localspec.backend.weights import metadata
 from localspec.errors import LocalspecError
 
 
@@ -92,9 +92,7 @@ def _head_cache(target: _Target, offset: int, n_seq_max: int) -> _Cache:
 
 
 def _arch(model: Any) -> str:
-    buf = ctypes.create_string_buffer(64)
-    llama_cpp.llama_model_meta_val_str(model, b"general.architecture", buf, len(buf))
-    return buf.value.decode(errors="replace")
+    return metadata(model, "general.architecture") or ""
 
 
 class MtpHead:

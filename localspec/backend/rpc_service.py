@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import socket
 import struct
 import subprocess
@@ -111,6 +112,8 @@ def connected_peer(port: int) -> str | None:
     client at a time (read from Linux's /proc; None elsewhere). A server that just died left the
     connection closing (a crafted message takes milliseconds): a closing one is taken too, and one
     in TIME_WAIT last."""
+    if platform.system() != "Linux":  # a /proc of this name elsewhere is not Linux's
+        return None
     try:
         rows = PROC_TCP.read_text().splitlines()[1:]
     except OSError:
@@ -127,7 +130,10 @@ def connected_peer(port: int) -> str | None:
 
 def _line_buffered_stdout() -> None:
     """llama.cpp prints "Accepted client connection" with printf: into a pipe, C's stdout is
-    block-buffered, and the supervisor would learn of a client only when the buffer fills."""
+    block-buffered, and the supervisor would learn of a client only when the buffer fills. (Windows'
+    C runtime is no library of this process's own name: there the supervisor learns of clients late.)"""
+    if os.name != "posix":
+        return
     libc = ctypes.CDLL(None)
     for symbol in ("stdout", "__stdoutp"):  # glibc, macOS
         with contextlib.suppress(ValueError, AttributeError):

@@ -50,3 +50,11 @@ def load_weights(
             raise OutOfMemory(f"{what}, or the GPU ran out of memory)")
         raise LocalspecError(f"{what})")
     return model
+
+
+def metadata(model: llama_cpp.llama_model_p, key: str) -> str | None:
+    """A loaded model's GGUF metadata value as text (None where the file has no such key)."""
+    buf = ctypes.create_string_buffer(256)
+    if llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) < 0:
+        return None
+    return buf.value.decode(errors="replace")

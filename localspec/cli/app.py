@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import os
+import re
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
+import rich.console
 import typer
 import typer.core
 from typer._click import (
@@ -37,6 +40,15 @@ def _flags_show_no_type(display_type_rich):
 
 
 typer.core.TyperOption.display_type_rich = _flags_show_no_type(typer.core.TyperOption.display_type_rich)
+
+
+def _reader_left(_console: rich.console.Console) -> None:
+    """Rich exits with code 1 when the reader of a table closes the pipe (`localspec models | head
+    -1`); raised on, the commands' own wrapper ends quietly with 0, as `head` expects."""
+    raise BrokenPipeError
+
+
+rich.console.Console.on_broken_pipe = _reader_left  # type: ignore[method-assign]
 
 app = typer.Typer(
     help="Lossless speculative decoding for local GGUF models (llama.cpp).",
@@ -78,10 +90,43 @@ def _quiet_when_the_reader_leaves(command: Callable) -> Callable:
     return quiet
 
 
+def _paragraphs(doc: str | None) -> str | None:
+    """A docstring's paragraphs, each on one line: Rich keeps a docstring's line breaks, and a help
+    line then breaks mid-sentence where the source did, not where the terminal ends."""
+    if doc is None:
+        return None
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
+
+
 for command, name in ((run, None), (chat, None), (bench, None), (serve, None), (pull, None), (models, None), (rm, None), (config, None), (rpc_server, "rpc-server")):
-    app.command(name=name)(_quiet_when_the_reader_leaves(command))
+    app.command(name=name, help=_paragraphs(command.__doc__))(_quiet_when_the_reader_leaves(command))
+for habit in ("list", "ls"):  # ollama's names for `models`
+    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(models)
 app.add_typer(cache, name="cache")
 app.add_typer(index, name="index")
+
+
+# What ollama's commands are called here, for the people who type them out of habit (`list` and
+# `ls` are commands of their own: they mean `models` and nothing else).
+OLLAMA_HABITS = {
+    "ps": "localspec keeps no model loaded between commands: `localspec models` lists what is pulled, `localspec serve` keeps one loaded",
+    "show": "`localspec models` lists the models, `localspec config -m ALIAS` what one runs with",
+    "delete": "`localspec rm ALIAS` deletes a pulled model",
+    "remove": "`localspec rm ALIAS` deletes a pulled model",
+    "stop": "a command stops with Ctrl-C; localspec leaves nothing running",
+    "start": "`localspec serve` serves a model",
+}
+
+
+def _usage_error(e: click_errors.UsageError) -> str:
+    """One line, as every other error: what was wrong, and where what it meant is listed."""
+    command = e.ctx.command_path if e.ctx else "localspec"
+    message = e.format_message()
+    unknown = re.match(r"No such command '(.*)'\.", message)
+    if unknown is None:
+        return f"{message} (`{command} --help` lists the options)"
+    habit = OLLAMA_HABITS.get(unknown[1].lower())
+    return f"no command {unknown[1]!r}: {habit}" if habit else f"{message} (`{command} --help` lists the commands)"
 
 
 def main() -> None:
@@ -98,9 +143,7 @@ def main() -> None:
             typer.echo(shown)
         code = 2
     except click_errors.UsageError as e:
-        # One line, as every other error: what was wrong, and where the options are listed.
-        command = e.ctx.command_path if e.ctx else "localspec"
-        typer.echo(f"error: {e.format_message()} (`{command} --help` lists the options)", err=True)
+        typer.echo(f"error: {_usage_error(e)}", err=True)
         code = 2
     except click_errors.ClickException as e:
         typer.echo(f"error: {e.format_message()}", err=True)

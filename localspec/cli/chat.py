@@ -139,7 +139,8 @@ def chat(
             loaded = load(files, settings, verbose=verbose, notify=notify)
     system = from_arg(system, "--system") if system else None
     verify_chosen = flags.get("verify") is not None or settings.verify != DEFAULT_VERIFY
-    session = ChatSession(loaded, settings, system, model_name=model or loaded.files.model.name, autosave=last_conversation_path(), verify_chosen=verify_chosen)
+    name = loaded.model_name(files, model)
+    session = ChatSession(loaded, settings, system, model_name=name, autosave=last_conversation_path(), verify_chosen=verify_chosen)
     if resume:
         try:
             session.load(session.autosave)  # type: ignore[arg-type]
@@ -150,7 +151,7 @@ def chat(
             notify("no earlier conversation to resume: starting a new one")
     save_history = _setup_history()
     interactive = sys.stdin.isatty()
-    say(err, (f"chatting with {loaded.target.path.name} (drafter: {loaded.engine.drafter_name}); /help for commands", "dim"))
+    say(err, (f"chatting with {name} (drafter: {loaded.engine.drafter_name}); /help for commands", "dim"))
     notice = template_notice(loaded.target)
     if notice:
         say(err, (f"note: {notice}", "dim"))

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import DraftOpt, ModelOpt, user_errors
+from localspec.config.defaults import DEMO_NAME
 
 
 def config(
@@ -30,7 +31,7 @@ def config(
         read_config,
         read_env,
     )
-    from localspec.session.loader import resolve
+    from localspec.session.loader import demo_files, resolve
 
     with user_errors():
         file, env = read_config(), read_env()
@@ -38,12 +39,15 @@ def config(
         draft_given, draft_source = pick("draft", draft, env, file)
         files, recommended = resolve(model_given, draft_given, lambda _m: None)
         model_source = model_source or "built-in"
-        draft_source = draft_source or ("alias" if files.draft else "-")
+        draft_source = draft_source or ("-" if not files.draft else "built-in: the demo's Q4_1" if files.demo else "alias")
         values = layered(precedence(file, recommended, env))
+        # The demo runs an F32 made from the shipped Q4_1, which drafts it: name what runs.
+        target = demo_files()[1] if files.demo else files.model
+    about = f"the demo target, {DEMO_NAME} in F32" + ("" if target.is_file() else ", made on first use") if files.demo else None
     out = {
         "config_file": str(config_path()),
         "config_file_exists": config_path().exists(),
-        "model": {"value": str(files.model), "from": model_source},
+        "model": {"value": str(target), "from": model_source, "about": about},
         "draft": {"value": files.draft_name, "from": draft_source},
         "settings": {name: {"value": list(v) if isinstance(v, tuple) else v, "from": src} for name, (v, src) in values.items()},
     }
@@ -52,7 +56,7 @@ def config(
         return
     console = Console()
     say(console, f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
-    say(console, f"model: {out['model']['value']} (from {model_source})")
+    say(console, f"model: {target} (from {model_source}{f': {about}' if about else ''})")
     say(console, f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
     rows = [(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source) for name, (value, source) in values.items()]
     console.print(table("settings", ("setting", "flag", "environment variable", "value", "from"), rows))

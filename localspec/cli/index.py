@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import datetime
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from localspec.cli.options import user_errors
+from localspec.cli.options import signals_interrupt, user_errors
 from localspec.errors import LocalspecError
 
+# POSIX modes keep the files private where they mean something; Windows ignores them (the user
+# data directory's own permissions are what guard them there), so the help promises nothing there.
+PRIVATE = " (readable by you alone)" if os.name == "posix" else ""
 index = typer.Typer(
-    help="Datastores of your files (code, notes, docs) that --datastore NAME drafts from. They hold the files' text, as token ids, in the user data directory (mode 0600): `index rm` removes one.",
+    help=f"Datastores of your files (code, notes, docs) that --datastore NAME drafts from. They hold the files' text, as token ids, in the user data directory{PRIVATE}: `index rm` removes one.",
     no_args_is_help=True,
 )
 
@@ -73,18 +77,19 @@ def build_(
     model: TokenizerOpt = None,
     glob: Annotated[list[str] | None, typer.Option("--glob", metavar="PATTERN", help="Take only files matching this pattern, by path under the folder or by name (repeatable; e.g. '*.py').")] = None,
     exclude: Annotated[list[str] | None, typer.Option("--exclude", metavar="PATTERN", help="Leave out files matching this pattern (repeatable; e.g. 'tests/*').")] = None,
+    follow_links: Annotated[bool, typer.Option("--follow-links", help="Take files that links in a folder point to outside it too (left out by default).")] = False,
 ) -> None:
     """Tokenize files with a model's tokenizer into a datastore (replacing one of the same name)."""
     from localspec.datastore import build, store
     from localspec.text_input import exists
 
-    with user_errors():
+    with user_errors(), signals_interrupt():
         store.check_name(name)
         missing = [str(p) for p in paths if not exists(p, "path")]
         if missing:
             raise LocalspecError(f"no such file or folder: {missing[0]}")
         with _tokenizer(model) as tokenizer:
-            report = _build(build.new_meta(name, tokenizer, paths, glob or (), exclude or ()), tokenizer)
+            report = _build(build.new_meta(name, tokenizer, paths, glob or (), exclude or (), follow_links), tokenizer)
     _said(report, "built")
     typer.echo(f"next: localspec run --datastore {name}{f' -m {model}' if model else ''} \"...\"", err=True)
 
@@ -97,7 +102,7 @@ def update(
     """Bring a datastore up to date with its files: only files changed since (by size, time and hash) are tokenized again."""
     from localspec.datastore import build, store
 
-    with user_errors():
+    with user_errors(), signals_interrupt():
         previous = store.usable_meta(name)
         with _tokenizer(model or previous.model) as tokenizer:
             report = _build(build.again(previous, tokenizer), tokenizer, previous)

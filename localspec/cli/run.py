@@ -26,11 +26,12 @@ from localspec.cli.options import (
     takes_settings,
     user_errors,
 )
+from localspec.errors import LocalspecError
 
 
 @takes_settings()
 def run(
-    text: Annotated[str | None, typer.Argument(metavar="[PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin).", show_default=False)] = None,
+    words: Annotated[list[str] | None, typer.Argument(metavar="[MODEL] [PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin); a first word naming an alias or a .gguf file is the model, as in `ollama run MODEL PROMPT`.", show_default=False)] = None,
     prompt: PromptOpt = None,
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL)] = None,
     model: ModelOpt = None,
@@ -60,6 +61,8 @@ def run(
     from localspec.session.prompt import prompt_tokens, template_notice
     from localspec.text_input import from_arg, read_file, read_stdin
 
+    with user_errors():
+        model, text = _model_first(words or [], model, prompt is not None or file is not None)
     given_as = [name for name, value in (("PROMPT", text), ("-p", prompt), ("-f", file)) if value is not None]
     if len(given_as) > 1:
         raise fail(f"give the prompt once, not as {' and '.join(given_as)}")
@@ -76,6 +79,8 @@ def run(
 
         chat(model=model, draft=draft, show_accepted=show_accepted, verbose=verbose, **flags)
         return
+    if not prompt and words:  # the one word named the model
+        raise fail(f"no prompt for {model}: give it after the model (localspec run {model} \"PROMPT\"), as -p TEXT, -f FILE, or on stdin")
     if not prompt:
         raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
@@ -107,3 +112,18 @@ def run(
         typer.echo(fit(summary_line(done.stats, done.stop_reason), terminal_width(sys.stderr)), err=True)
     if done.stop_reason == "interrupted":
         raise typer.Exit(stopped.exit_code)
+
+
+def _model_first(words: list[str], model: str | None, prompt_elsewhere: bool) -> tuple[str | None, str | None]:
+    """(the model, the prompt's words joined) from `run`'s positional words: a first word that names
+    a model (an alias, a .gguf) is the model where -m names none, as ollama users type it; where -m
+    names one too and no other word is given, the person is asked what they meant."""
+    from localspec.session.loader import names_model
+
+    if not words or not names_model(words[0]):
+        return model, " ".join(words) or None
+    if model is None:
+        return words[0], " ".join(words[1:]) or None
+    if len(words) == 1 and not prompt_elsewhere:
+        raise LocalspecError(f"{words[0]!r} names a model, and -m names {model!r}: give the model once, or send {words[0]!r} as the prompt with -p")
+    return model, " ".join(words)

@@ -89,6 +89,8 @@ def serve(
         # Said once it listens with its signal handlers in place: a client (or a test) may act on it.
         on_ready=lambda: notify(f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"),
     )
+    if hasattr(signal, "SIGHUP"):  # a closed terminal or a supervisor's reload: a graceful stop, as SIGTERM
+        signal.signal(signal.SIGHUP, lambda _sig, frame: uv.handle_exit(signal.SIGTERM, frame))
     try:
         uv.run(sockets=[sock])
     finally:

@@ -13,15 +13,20 @@ from localspec.config.defaults import DATASTORE_NAME
 Check = Callable[[Any, Any], "str | None"]  # (value, the Settings it stands in) -> problem
 
 
+def _shown(x: float) -> str:
+    """A bound as people write it: 16777216, not 1.67772e+07."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def within(lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Check:
     def check(v: Any, _s: Any) -> str | None:
         if isinstance(v, float) and not math.isfinite(v):
             return "must be a finite number"
         if (v <= lo if lo_open else v < lo) or (v >= hi if hi_open else v > hi):
             if hi == math.inf:
-                return f"must be {'>' if lo_open else '>='} {lo:g}"
+                return f"must be {'>' if lo_open else '>='} {_shown(lo)}"
             left, right = "(" if lo_open else "[", ")" if hi_open else "]"
-            return f"must be in {left}{lo:g}, {hi:g}{right}"
+            return f"must be in {left}{_shown(lo)}, {_shown(hi)}{right}"
         return None
 
     return check

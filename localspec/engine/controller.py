@@ -160,7 +160,7 @@ class AutoController:
             best = self.best_length(key, cap)
             if best == 0 and not key.kind:
                 if not st.realized.winning():
-                    self._bench(key.drafter, "its estimated gain does not cover its cost")
+                    self._bench(key.drafter, "its estimated gain did not cover its cost")
                     return 0, 0
                 # Estimates drawn from a short trial lean on their priors; steps that beat the
                 # target alone outweigh them until the realized verdict turns.
@@ -212,7 +212,7 @@ class AutoController:
             elif st.trial > 0:
                 st.trial -= 1
             elif st.realized.losing():
-                self._bench(asked.drafter, f"its steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
+                self._bench(asked.drafter, f"its recent steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
@@ -220,7 +220,8 @@ class AutoController:
     def _bench(self, drafter: str, why: str) -> None:
         st = self.gate(drafter)
         if not st.benched:
-            self.notes.append(f"{drafter} stopped drafting: {why}")
+            # "paused", not "stopped": a probe may bring it back, and the steps before still count.
+            self.notes.append(f"{drafter} paused: {why}")
         st.benched, st.idle_steps = True, 0
 
     def _after_probe(self, key: DraftKey, won: bool) -> None:
@@ -230,6 +231,7 @@ class AutoController:
             # Fresh evidence from here: a trial, its realized throughput counted anew.
             st.benched, st.trial, st.probe_interval, st.wins = False, TRIAL_STEPS, FIRST_PROBE_AFTER, 0
             st.realized.scale(0.2)
+            self.notes.append(f"{key.drafter} resumed: a probe beat the target alone")
         elif won:
             st.idle_steps = st.probe_interval  # the next step probes again
         else:

@@ -30,6 +30,8 @@ from localspec.text_input import exists, read_file
 APP_NAME = "localspec"
 # Alias names become file names (pulled records): no path separators, no "..", nothing hidden.
 ALIAS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+# The Hub's rule for a repository id (huggingface_hub's validate_repo_id), checked as the file is read.
+HUB_REPO = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}", re.ASCII)
 FACTS: dict[str, type | tuple[type, ...]] = {"license": str, "gated": bool, "memory_gb": (int, float)}
 
 
@@ -136,8 +138,8 @@ def _file_spec(value: Any, key: str) -> FileSpec:
     if unknown:
         raise ValueError(f"{key}.{sorted(unknown)[0]} is not a known field")
     repo = value.get("repo")
-    if not isinstance(repo, str) or repo.count("/") != 1 or not all(repo.split("/")):
-        raise ValueError(f"{key}.repo must be 'owner/name'")
+    if not isinstance(repo, str) or not HUB_REPO.fullmatch(repo) or ".." in repo or "--" in repo or repo.endswith(".git"):
+        raise ValueError(f"{key}.repo must be 'owner/name' as the Hub spells them (letters, digits, '-', '_', '.'): not {str(repo)[:60]!r}")
     quant, file = value.get("quant"), value.get("file")
     if (quant is None) == (file is None):
         raise ValueError(f"{key} needs exactly one of quant or file")

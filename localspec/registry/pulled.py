@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import platformdirs
 
+from localspec.backend.hardware import total_memory_bytes
 from localspec.errors import LocalspecError
 from localspec.json_file import write_json
 from localspec.registry import hub
@@ -105,11 +105,6 @@ def all_manifests() -> list[Manifest]:
     return [m for m in found if m is not None]
 
 
-def total_memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
 
 
 @dataclass

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localspec.config import defaults
+from localspec.errors import LocalspecError
 from localspec.sampling.penalties import Penalties
 
 GROUP = 256  # rows of the vocabulary's grid in top_ids
@@ -155,6 +156,11 @@ def top_token(logits: np.ndarray) -> tuple[int, float]:
     return token, 1.0 / (exact + SAMPLE * far)
 
 
+class NotNumbers(LocalspecError):
+    def __init__(self) -> None:
+        super().__init__("the model's output is not numbers (NaN or infinite logits): its weights are damaged, or its type is one this build computes wrongly")
+
+
 def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     """The distribution a temp > 0 sampler draws from, over its support."""
     x = logits
@@ -173,7 +179,10 @@ def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
         e -= e.max()
         e *= 1.0 / params.temperature
         np.exp(e, out=e)
-        e /= e.sum(dtype=np.float64)
+        total = e.sum(dtype=np.float64)
+        if not 0 < total < np.inf:
+            raise NotNumbers()
+        e /= total
         return Dist(None, e)
     cand = x[ids].astype(np.float64)
     if params.top_p < 1.0:
@@ -183,6 +192,8 @@ def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
     if params.min_p > 0.0:
         keep_mask = cand >= cand[0] + np.log(params.min_p)
         ids, cand = ids[keep_mask], cand[keep_mask]
+    if not len(cand) or not np.isfinite(cand[0]):  # the largest is NaN: so is every probability
+        raise NotNumbers()
     order = np.argsort(ids)
     return Dist(ids[order], softmax(cand / params.temperature)[order])
 

@@ -167,7 +167,7 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
         if not isinstance(m, dict):
             raise bad(where, "must be an object with role and content")
         role = m.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise bad(f"{where}.role", f"must be one of {', '.join(ROLES)}")
         if m.get("function_call"):
             raise bad(f"{where}.function_call", "is not supported (send tool_calls)")

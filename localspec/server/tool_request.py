@@ -38,7 +38,8 @@ def tool_use(body: dict[str, Any]) -> ToolUse | None:
         return None
     if choice == "required":
         return ToolUse(offered, required=True, parallel=parallel)
-    named = choice.get("function", {}).get("name") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    named = function.get("name") if isinstance(function, dict) else None
     if not isinstance(named, str):
         raise bad("tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
     if named not in names:
@@ -93,5 +94,7 @@ def tool_message(m: dict[str, Any], where: str, content: str) -> dict[str, Any]:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
             raise bad(f"{where}.tool_calls[{j}]", 'must be {"id", "type": "function", "function": {"name", "arguments"}}')
+        if not isinstance(call.get("id", ""), str):
+            raise bad(f"{where}.tool_calls[{j}].id", "must be a string")
         out.append({"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": fn["arguments"]}})
     return {"role": "assistant", "content": content, "tool_calls": out}

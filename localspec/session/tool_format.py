@@ -116,7 +116,7 @@ def _arguments(text: str) -> Any:
     """A call's arguments as templates want them: an object (clients send JSON text)."""
     try:
         return json.loads(text) if isinstance(text, str) else text
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" * 5000 is text too
         return text
 
 

@@ -34,7 +34,7 @@ class ToolCall:
         if isinstance(args, str):  # some models write the arguments as JSON text
             try:
                 args = json.loads(args)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return None
         if not isinstance(args, dict):
             return None
@@ -104,7 +104,7 @@ def _whole_characters(text: str) -> str:
 def _json(text: str) -> Any:
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
