@@ -246,3 +246,21 @@ def test_the_server_answers_hostile_requests_with_400_and_goes_on(tiny: TinyMode
     served.proc.send_signal(signal.SIGHUP)  # as SIGTERM: a graceful stop, exit code 0
     assert served.proc.wait(60) == 0
     assert "Traceback" not in "".join(served.log)
+
+
+def test_chat_refuses_a_grammar_or_schema_past_the_limits_and_goes_on(tiny: TinyModels, tmp_path: Path):
+    (tmp_path / "g.gbnf").write_text(NESTED)
+    (tmp_path / "s.json").write_text(_deep_schema(3000))
+    (tmp_path / "ref.json").write_text(json.dumps({"$ref": 5}))
+    lines = [f"/set grammar {tmp_path / 'g.gbnf'}", f"/set json-schema {tmp_path / 's.json'}", f"/set json-schema {tmp_path / 'ref.json'}", "the cat", "/exit"]
+    res = localspec("chat", "-m", str(tiny.target), "-n", "3", "--temp", "0", input="\n".join(lines) + "\n",
+                    env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "nests parentheses 100,000 deep" in res.stderr and "nests past the limit of 256" in res.stderr and "$ref 5" in res.stderr
+    assert "bye: 1 replies" in res.stderr  # the message after them was answered
+
+
+def test_a_model_whose_output_is_not_numbers_is_one_line(tmp_path: Path):
+    broken = write_tiny_llama(tmp_path / "nan.gguf", TinySpec(seed=1, logit_scale=float("nan")))
+    said = assert_one_line_error(localspec("run", "-m", str(broken), "-p", "the cat", "-n", "4", "--temp", "0.8"), "not numbers", alone=False)
+    assert "weights are damaged" in said

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -204,3 +205,13 @@ def test_set_shows_values_as_typed_and_refuses_what_is_fixed_for_the_session(tin
     assert "draft-mode = auto" in out and "stop = none" in out and "'" not in out.split("draft-mode = ")[1].split("\n")[0]
     assert "ctx is fixed for the session: start the chat with --ctx 100" in err
     assert "draft-mode = fixed" in out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_a_hangup_or_sigterm_at_the_prompt_says_goodbye(tiny: TinyModels, tmp_path: Path, sig: int):
+    child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "4", tmp=tmp_path)
+    child.kill(sig)
+    child.expect_exact("bye: ")  # the goodbye, with the totals, as at Ctrl-D
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0 and "Traceback" not in child.before

@@ -34,7 +34,7 @@ def test_a_shipped_alias_where_the_prompt_goes_is_taken_as_the_model(fresh):
 
 def test_a_gguf_where_the_prompt_goes_is_the_model_and_the_rest_the_prompt(tiny: TinyModels, fresh):
     args = ("-n", "6", "--temp", "0", "--json", "-d", "none", "--no-lookup")
-    first = json.loads(localspec("run", str(tiny.target), "the", "cat", *args, env=fresh).stdout)
+    first = json.loads(localspec("run", str(tiny.target), "the cat", *args, env=fresh).stdout)
     usual = json.loads(localspec("run", "-m", str(tiny.target), "the cat", *args, env=fresh).stdout)
     assert first["model_files"]["target"] == str(tiny.target) and first["tokens"] == usual["tokens"]
     # Words that name no model are the prompt, joined, as ollama joins them.

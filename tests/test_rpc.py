@@ -241,3 +241,21 @@ def test_the_watchdog_gives_up_on_a_pass_far_past_what_its_size_took():
     done = threading.Event()
     rpc.watch(timer, ["h:1"], lambda message: (stalls.append(message), done.set()))
     assert done.wait(5) and "no answer from the RPC server(s) h:1" in stalls[0]
+
+
+def test_a_client_that_sends_nothing_does_not_hold_the_server_from_the_next():
+    """llama.cpp's server serves one client at a time: one that connects and stays silent held it
+    from everyone. Once another waits, the silent one's connection is closed after --silent-timeout."""
+    with rpc_server("--silent-timeout", "1") as (endpoint, proc):
+        host, port = endpoint.split(":")
+        with socket.create_connection((host, int(port))) as silent:
+            time.sleep(0.3)  # accepted: the server waits on its first message
+            rpc.check_server(endpoint, timeout=20)  # served once the silent one is closed
+            silent.settimeout(5)
+            assert silent.recv(1) == b""  # closed by the server
+        with socket.create_connection((host, int(port))) as speaking:  # one that spoke is never closed
+            speaking.sendall(bytes([rpc.HELLO]) + struct.pack("<Q", rpc.CAPS_SIZE) + bytes(rpc.CAPS_SIZE))
+            speaking.settimeout(5)
+            assert speaking.recv(8)
+            with pytest.raises(LocalspecError, match="did not answer within"):
+                rpc.check_server(endpoint, timeout=3)

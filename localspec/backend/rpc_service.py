@@ -5,7 +5,7 @@ GGML_ASSERT, and an assert aborts the process. So the server runs in a child tha
 watches: when it dies, one line says which client was connected and what failed, and a new child
 listens again at once; a crafted message costs its sender the connection, not the service.
 
-The child is `python -m localspec.backend.rpc_service ENDPOINT CACHE THREADS DEVICE...`; it ends
+The child is `python -m localspec.backend.rpc_service ENDPOINT CACHE THREADS SILENT_S DEVICE...`; it ends
 when its stdin closes, so it never outlives the supervisor."""
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from localspec.backend.rpc_silence import SilenceWatch
 
 ACCEPTED, CLOSED = "Accepted client connection", "Client connection closed"  # what llama.cpp's server prints
 # A child that dies this soon without having served a client could not start (a port taken since
@@ -47,10 +49,12 @@ class Child:
 
 
 class Supervisor:
-    def __init__(self, endpoint: str, cache_dir: str | None, threads: int, devices: Sequence[str], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, endpoint: str, cache_dir: str | None, threads: int, devices: Sequence[str], log: Callable[[str], None], silent_s: float = 10.0
+    ) -> None:
         self.endpoint, self.log = endpoint, log
         self.port = int(endpoint.rsplit(":", 1)[1])
-        self.argv = [sys.executable, "-m", "localspec.backend.rpc_service", endpoint, cache_dir or "", str(threads), *devices]
+        self.argv = [sys.executable, "-m", "localspec.backend.rpc_service", endpoint, cache_dir or "", str(threads), str(silent_s), *devices]
         self.restarts = 0
         self.stopping = threading.Event()
         self._child: Child | None = None
@@ -145,15 +149,19 @@ def _child_main(argv: Sequence[str]) -> None:
     from localspec.backend import devices as ggml
     from localspec.backend.rpc import serve
 
-    endpoint, cache_dir, threads, *names = argv
+    endpoint, cache_dir, threads, silent_s, *names = argv
     _line_buffered_stdout()
     served = ggml.served_devices(names)
     server = threading.Thread(target=serve, args=(endpoint, cache_dir or None, int(threads), served), daemon=True)
     server.start()
     watcher = threading.Thread(target=sys.stdin.read, daemon=True)  # EOF: the supervisor is gone
     watcher.start()
+    silence = SilenceWatch(int(endpoint.rsplit(":", 1)[1]), float(silent_s))
     while server.is_alive() and watcher.is_alive():
         watcher.join(0.5)
+        said = silence.check()
+        if said:
+            print(f"rpc-server: {said}", flush=True)
     os._exit(3 if not server.is_alive() else 0)  # could not start, or the supervisor is gone
 
 

@@ -42,6 +42,19 @@ def _flags_show_no_type(display_type_rich):
 typer.core.TyperOption.display_type_rich = _flags_show_no_type(typer.core.TyperOption.display_type_rich)
 
 
+def _words_show_as_text(display_type_rich):
+    """An argument of any number of words (`run`'s prompt, joined) is text to the person typing
+    it, not the `<list[str]>` Typer would label it."""
+
+    def display(self: typer.core.TyperArgument, ctx) -> str | None:
+        return "<text>" if self.nargs == -1 else display_type_rich(self, ctx)
+
+    return display
+
+
+typer.core.TyperArgument.display_type_rich = _words_show_as_text(typer.core.TyperArgument.display_type_rich)
+
+
 def _reader_left(_console: rich.console.Console) -> None:
     """Rich exits with code 1 when the reader of a table closes the pipe (`localspec models | head
     -1`); raised on, the commands' own wrapper ends quietly with 0, as `head` expects."""
@@ -101,7 +114,7 @@ def _paragraphs(doc: str | None) -> str | None:
 for command, name in ((run, None), (chat, None), (bench, None), (serve, None), (pull, None), (models, None), (rm, None), (config, None), (rpc_server, "rpc-server")):
     app.command(name=name, help=_paragraphs(command.__doc__))(_quiet_when_the_reader_leaves(command))
 for habit in ("list", "ls"):  # ollama's names for `models`
-    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(models)
+    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(_quiet_when_the_reader_leaves(models))
 app.add_typer(cache, name="cache")
 app.add_typer(index, name="index")
 

@@ -18,6 +18,7 @@ from localspec.cli.options import (
     ShowAcceptedOpt,
     VerboseOpt,
     request,
+    signals_interrupt,
     signals_stop,
     takes_settings,
     user_errors,
@@ -157,7 +158,8 @@ def chat(
         say(err, (f"note: {notice}", "dim"))
     try:
         while True:
-            text = _read_message(">>> " if interactive else "")
+            with signals_interrupt():  # SIGTERM or SIGHUP at the prompt leave as Ctrl-C there does
+                text = _read_message(">>> " if interactive else "")
             if text is None:
                 if interactive:
                     err.print()  # Ctrl-D or Ctrl-C leave the cursor on the prompt line

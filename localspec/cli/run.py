@@ -31,7 +31,7 @@ from localspec.errors import LocalspecError
 
 @takes_settings()
 def run(
-    words: Annotated[list[str] | None, typer.Argument(metavar="[MODEL] [PROMPT]", help="The prompt (or -p TEXT, -f FILE, or stdin); a first word naming an alias or a .gguf file is the model, as in `ollama run MODEL PROMPT`.", show_default=False)] = None,
+    words: Annotated[list[str] | None, typer.Argument(metavar="PROMPT", help="The prompt (or -p TEXT, -f FILE, or stdin), its words joined; `run MODEL PROMPT` names the model first (an alias or a .gguf file), as ollama's does.", show_default=False)] = None,
     prompt: PromptOpt = None,
     file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL)] = None,
     model: ModelOpt = None,

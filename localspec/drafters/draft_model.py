@@ -28,6 +28,7 @@ class DraftModelDrafter:
 
     name = "draft-model"
     key = DraftKey("draft-model")
+    windowed = True  # a model of its own may read a window of a long context (view.py)
 
     def __init__(self, model: Model, target_vocab: int | None = None, spelling: TokenText | None = None) -> None:
         self.model = model
@@ -39,7 +40,7 @@ class DraftModelDrafter:
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context)
+        self.view.begin(context, settings.window if self.windowed else 0)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None

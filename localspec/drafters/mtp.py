@@ -14,6 +14,7 @@ from localspec.drafters.tree import TreeDrafter
 class MtpDrafter(DraftModelDrafter):
     name = "mtp"
     key = DraftKey("mtp")
+    windowed = False  # a head reads the target's state at every position: it sees all of it
 
     def __init__(self, head: MtpHead) -> None:
         super().__init__(head, spelling=head.target)  # type: ignore[arg-type]
@@ -22,6 +23,7 @@ class MtpDrafter(DraftModelDrafter):
 class MtpTreeDrafter(TreeDrafter):
     name = "mtp"
     key = DraftKey("mtp")
+    windowed = False
 
     def __init__(self, head: MtpHead, branches: int) -> None:
         super().__init__(head, branches)  # type: ignore[arg-type]

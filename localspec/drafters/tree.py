@@ -40,6 +40,7 @@ class _Branch:
 class TreeDrafter:
     name = "tree"
     key = DraftKey("tree")
+    windowed = True
 
     def __init__(self, model: Model, branches: int = 4, target_vocab: int | None = None) -> None:
         if branches > model.n_seq_max:
@@ -52,7 +53,7 @@ class TreeDrafter:
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context)
+        self.view.begin(context, settings.window if self.windowed else 0)
 
     def _candidates(self, logits: np.ndarray, params: SamplingParams, position: int) -> tuple[np.ndarray, np.ndarray]:
         """The draft's top candidates at one position, best first (under --verify coupled its

@@ -8,7 +8,15 @@ such guesses would keep a good draft benched.
 Target and draft may number a few more or fewer tokens (padded embedding rows: Qwen2.5 7B against
 0.5B, Gemma 3 27B against 1B). The draft then proposes only ids the target has, its distribution
 renormalised over them, and ids it lacks have q = 0; a target token the draft lacks is a hole in
-the draft's context, never fed to it."""
+the draft's context, never fed to it.
+
+A long context is shown in part (--draft-window): its first DRAFT_SINK_TOKENS, where attention
+gathers whatever follows (StreamingLLM's sinks), then its recent tokens from a cut point on. A
+draft that read all of a 2-4k-token prompt spent more on that pass than drafting saved, and each of
+its passes grew with what it attended to; the window keeps both a bounded share of the target's.
+The cut moves in steps of half a window, so that a conversation's next turn finds the same cut and
+its cache evaluates only what is new. The target verifies every token: the window costs some
+acceptance on text the draft no longer sees, never a token of output."""
 
 from __future__ import annotations
 
@@ -18,10 +26,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backend.model import Model
+from localspec.config.defaults import DRAFT_SINK_TOKENS
 
 # A draft that drafted the step before evaluates at most two tokens to catch up (the last it
 # drafted and the target's own); more means it sat out steps.
 STEADY_TOKENS = 2
+
+
+def shown(context: Sequence[int], window: int) -> Sequence[int]:
+    """What a draft reads of `context` at the start of a generation: all of it, or its sinks and
+    the tokens from the cut on (between `window` and 1.5 `window` of them)."""
+    step = max(window // 2, 1)
+    cut = (len(context) - window) // step * step
+    if not window or cut <= DRAFT_SINK_TOKENS:
+        return context
+    return [*context[:DRAFT_SINK_TOKENS], *context[cut:]]
 
 
 class DraftView:
@@ -31,6 +50,7 @@ class DraftView:
         self.wider = model.n_vocab > self.n_vocab
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
+        self.window = 0  # the generation's --draft-window (0: the whole context)
         self.synced_s = 0.0  # the last sync's seconds
         self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
 
@@ -43,9 +63,11 @@ class DraftView:
         n = self.model.n_vocab
         return [t for t in tokens if t < n]
 
-    def begin(self, context: Sequence[int]) -> None:
-        """A new generation: the draft evaluates the whole prompt (reusing what its cache shares)."""
-        self.tokens, self.seen = self._known(context), len(context)
+    def begin(self, context: Sequence[int], window: int = 0) -> None:
+        """A new generation: the draft evaluates the prompt, or its window of a long one (reusing
+        what its cache shares)."""
+        self.window = window
+        self.tokens, self.seen = self._known(shown(context, window)), len(context)
         self.model.resume(self.tokens)
         self.model.sync(self.tokens, top_only=None)
 
@@ -53,7 +75,7 @@ class DraftView:
         """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
         over the target's vocabulary (its top token only, where the device takes it, if top_only)."""
         if len(context) < self.seen:
-            self.begin(context)
+            self.begin(context, self.window)
         new = self._known(context[self.seen :])
         self.tokens.extend(new)
         self.seen = len(context)

@@ -24,5 +24,5 @@ def generation_config(settings: Settings) -> GenerationConfig:
         draft_mode=s.draft_mode,
         verify=s.verify,
         grammar=s.constraint,
-        drafting=DraftSettings(p_min=s.draft_p_min, policy=s.draft_policy, p_split=s.draft_p_split, lookup_min=s.lookup_min, lookup_max=s.lookup_max),
+        drafting=DraftSettings(p_min=s.draft_p_min, policy=s.draft_policy, p_split=s.draft_p_split, lookup_min=s.lookup_min, lookup_max=s.lookup_max, window=s.draft_window),
     )
