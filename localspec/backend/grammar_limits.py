@@ -13,6 +13,7 @@ grammar and accepts its cost, with LOCALSPEC_GRAMMAR_LIMITS, e.g. `repeat=50000,
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterator
@@ -71,7 +72,13 @@ REPETITION = re.compile(r"\{\s*(\d*)\s*(,?)\s*(\d*)\s*\}")
 
 def gbnf_limit_problem(gbnf: str, limits: Limits | None = None) -> str | None:
     """Why a GBNF grammar is past the limits (None: within them)."""
-    limits = limits or Limits.current()
+    return _gbnf_scan(gbnf, limits or Limits.current())
+
+
+# The same grammar is checked where it is read and again before every generation it constrains
+# (Grammar.compile, the last gate): it is scanned once.
+@functools.lru_cache(maxsize=32)
+def _gbnf_scan(gbnf: str, limits: Limits) -> str | None:
     if len(gbnf.encode()) > limits.bytes:
         return f"is {len(gbnf.encode()):,} bytes, past the limit of {limits.bytes:,} ({LIMITS_ENV} may raise it)"
     depth = deepest = alternatives = 0

@@ -7,7 +7,7 @@ import functools
 import inspect
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -121,22 +121,30 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 
 @contextlib.contextmanager
+def _handled(signals: Iterable[int], handler: Callable[[int, object], None]) -> Iterator[bool]:
+    """`handler` for `signals` while the block runs, the handlers before it back after; whether it
+    could be set (only the main thread may set handlers: elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield False
+        return
+    previous = {s: signal.signal(s, handler) for s in signals}
+    try:
+        yield True
+    finally:
+        for s, before in previous.items():
+            signal.signal(s, before)
+
+
+@contextlib.contextmanager
 def signals_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP end a command as Ctrl-C does, by KeyboardInterrupt, so that every
     `finally` runs: a progress display gives the cursor back, a half-written folder is removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def interrupt(_sig: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, interrupt) for s in STOP_SIGNALS if s != signal.SIGINT}
-    try:
+    with _handled([s for s in STOP_SIGNALS if s != signal.SIGINT], interrupt):
         yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
 
 
 @dataclass
@@ -154,21 +162,13 @@ def signals_stop(cancel: threading.Event) -> Iterator[Stopped]:
     llama_decode), so the display closes, the terminal is restored and the summary is printed,
     instead of an exception raised inside llama.cpp callbacks or the process dying mid-line."""
     stopped = Stopped()
-    if threading.current_thread() is not threading.main_thread():
-        yield stopped
-        return
 
     def stop(sig: int, _frame: object) -> None:
         stopped.signal = sig
         cancel.set()
 
-    previous = {s: signal.signal(s, stop) for s in STOP_SIGNALS}
-    try:
-        with control_chars_unechoed():
-            yield stopped
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with _handled(STOP_SIGNALS, stop) as main, control_chars_unechoed() if main else contextlib.nullcontext():
+        yield stopped
 
 
 def demo_notice(files: ModelFiles, settings: Settings) -> str:

