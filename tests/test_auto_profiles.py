@@ -13,7 +13,8 @@ from tiny_models import TinySpec, write_tiny_llama
 
 from localspec.backend.model import Model
 from localspec.bench.profiles import load_profile
-from localspec.bench.runs import BenchResult, Mode, load_prompts, run_bench
+from localspec.bench.results import BenchResult
+from localspec.bench.runs import Mode, load_prompts, run_bench
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.clock import SimulatedClock

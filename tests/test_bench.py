@@ -11,9 +11,9 @@ from conftest import TinyModels
 import localspec.bench.runs
 
 SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_tokens_per_step", "n_prompts",
-                "drafted_steps", "mean_draft_length", "costs_ms"}
+                "drafted_steps", "mean_draft_length", "costs_ms", "first_token_s", "end_to_end"}
 SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps",
-               "n_steps_drafted", "costs_ms", "notes"}
+               "n_steps_drafted", "costs_ms", "notes", "first_token_s", "waited_s"}
 
 
 @pytest.fixture()
@@ -44,13 +44,15 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
     assert len(out["samples"]) == 3 * 5 * 2  # prompts x modes (baseline added) x repeats
     for sample in out["samples"]:
         assert set(sample) == SAMPLE_KEYS and sample["n_generated"] == 12
+        assert 0 < sample["first_token_s"] < sample["waited_s"]
     assert {(s["mode"], s["category"]) for s in out["summary"]} == {
         (m, c) for m in ("baseline", *modes.split(",")) for c in ("alpha", "beta", "all")
     }
     for row in out["summary"]:
         assert set(row) == SUMMARY_KEYS
         if row["mode"] == "baseline":
-            assert row["speedup"] == pytest.approx(1.0) and row["acceptance_rate"] == 0.0
+            assert row["speedup"] == pytest.approx(1.0) == row["end_to_end"] and row["acceptance_rate"] == 0.0
+        assert row["end_to_end"] > 0 and row["first_token_s"] > 0
     draft = next(r for r in out["summary"] if r["mode"] == "draft" and r["category"] == "all")
     assert draft["n_prompts"] == 3 and 0 < draft["acceptance_rate"] <= 1 and draft["mean_tokens_per_step"] > 1
 

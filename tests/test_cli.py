@@ -28,7 +28,7 @@ def test_json_output_fields(tiny: TinyModels):
     for key in ("n_prompt", "n_generated", "n_drafted", "n_accepted", "acceptance_rate", "tokens_per_second",
                 "elapsed_s", "prompt_tokens_per_second", "load_s", "drafter", "drafters"):
         assert key in s, key
-    assert s["drafter"] == "draft-model"
+    assert s["drafter"] == "draft+lookup"
     assert s["n_generated"] == 40
     assert s["n_drafted"] > 0 and 0 < s["n_accepted"] <= s["n_drafted"]
     assert s["acceptance_rate"] == pytest.approx(s["n_accepted"] / s["n_drafted"], abs=1e-5)
@@ -100,7 +100,7 @@ def test_embedded_default_model_runs(tmp_path: Path):
     assert "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1" in res.stderr
     assert "making the demo target once" in res.stderr
     out = json.loads(res.stdout)
-    assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "draft-model"
+    assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "draft+lookup"
     lookup = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "-d", "none", "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
     assert "the demo target, SmolLM2-135M-Instruct in F32, with n-gram prompt lookup" in lookup.stderr
     assert "making the demo target" not in lookup.stderr  # made once
@@ -306,7 +306,7 @@ def test_llama_cpp_short_flags_and_help_panels(tiny: TinyModels):
     res = localspec(*args)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
-    assert out["seed"] == 3 and out["stats"]["drafter"] == "draft-model"
+    assert out["seed"] == 3 and out["stats"]["drafter"] == "draft+lookup"
     help_text = localspec("run", "-h").stdout
     for panel in ("Model", "Drafting", "Sampling", "Performance", "Output"):
         assert f"─ {panel} ─" in help_text, panel

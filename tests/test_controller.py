@@ -6,6 +6,7 @@ import pytest
 from cost_tables import live_costs
 
 from localspec.drafters.base import Budget, DraftKey
+from localspec.engine.budgets import FixedBudget
 from localspec.engine.controller import (
     FIRST_PROBE_AFTER,
     LOOKUP_PROBE_WINS,
@@ -15,7 +16,6 @@ from localspec.engine.controller import (
     TRIAL_LENGTH,
     TRIAL_STEPS,
     AutoController,
-    FixedBudget,
 )
 from localspec.engine.estimates import expected_tokens
 

@@ -14,7 +14,7 @@ from conftest import TinyModels, model_options
 
 from localspec.backend.model import Model
 from localspec.config.defaults import DRAFT_SINK_TOKENS
-from localspec.drafters.view import DraftView, shown
+from localspec.drafters.view import TIMED_TOKENS, WARM_TOKENS, DraftView, shown
 
 
 def test_the_view_is_the_sinks_and_a_tail_whose_cut_moves_in_half_windows():
@@ -43,7 +43,13 @@ def test_a_windowed_draft_reads_only_its_window_and_a_next_turn_only_what_is_new
     context = [rng.randrange(260, 300) for _ in range(3000)]
     view = DraftView(draft)
     view.begin(context, 256)
-    assert draft.cached == shown(context, 256) and sum(evaluated) == len(draft.cached) < 400
+    # A long read starts with a timed part; the rest waits until the draft is first let draft.
+    window = shown(context, 256)
+    assert draft.cached == window[: WARM_TOKENS + TIMED_TOKENS] and view.token_s > 0
+    catch_up = view.catch_up(context)
+    assert catch_up is not None and catch_up.tokens == view.behind(context) == len(window) - WARM_TOKENS - TIMED_TOKENS
+    view.sync(context)
+    assert draft.cached == window and sum(evaluated) == len(window) < 400 and view.catch_up(context) is None
     evaluated.clear()
     turn = [*context, *(rng.randrange(260, 300) for _ in range(40))]  # the reply and the next message
     view.begin(turn, 256)

@@ -14,7 +14,7 @@ from localspec.drafters.base import DraftSettings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.clock import SimulatedClock
-from localspec.engine.controller import FixedBudget
+from localspec.engine.budgets import FixedBudget
 from localspec.engine.events import DoneEvent, StepEvent, TokenEvent, drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError

@@ -18,7 +18,7 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.events import drain
-from localspec.engine.controller import FixedBudget
+from localspec.engine.budgets import FixedBudget
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.sampling.constrain import constrained

@@ -2,7 +2,7 @@ import numpy as np
 
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.controller import FixedBudget
+from localspec.engine.budgets import FixedBudget
 from localspec.sampling.dist import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

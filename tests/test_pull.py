@@ -103,7 +103,7 @@ def test_pull_pair_then_run_alias(hub, tiny):
     run = cli(hub, "run", "-m", "pair", "-p", "the cat", "-n", "12", "--temp", "0", "--json")
     assert run.returncode == 0, run.stderr
     stats = json.loads(run.stdout)["stats"]
-    assert stats["drafter"] == "draft-model" and stats["n_generated"] == 12
+    assert stats["drafter"] == "draft+lookup" and stats["n_generated"] == 12
 
 
 def test_the_demo_model_pulled_alone_is_the_demo_without_its_package(hub, tiny):

@@ -78,6 +78,11 @@ def test_openai_client_gives_the_text_of_run_streamed_and_not(served: Served, sm
     timings = whole.model_extra["timings"]
     assert timings["draft_n"] > 0 and 0 <= timings["draft_n_accepted"] <= timings["draft_n"]
     assert timings["predicted_n"] == whole.usage.completion_tokens and timings["predicted_per_second"] > 0
+    assert timings["prompt_ms"] <= timings["first_token_ms"]
+    # Estimates against the target alone need its one-token passes timed: auto's first steps time them.
+    auto = client.chat.completions.create(model="smollm2-f16", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40)
+    assert auto.choices[0].message.content == expected
+    assert auto.model_extra["timings"]["speedup_estimate"] > 0 and auto.model_extra["timings"]["end_to_end_estimate"] > 0
     text, chunks = stream_text(client.chat.completions.create(
         model="smollm2-f16", messages=[{"role": "user", "content": PROMPT}], temperature=0, max_tokens=40,
         stream=True, stream_options={"include_usage": True}, extra_body=extra,

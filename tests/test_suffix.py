@@ -24,7 +24,8 @@ from localspec.drafters.suffix_cache import (
 )
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import DEPTH, MATCH_MAX, SuffixTree
-from localspec.engine.controller import AutoController, FixedBudget
+from localspec.engine.budgets import FixedBudget
+from localspec.engine.controller import AutoController
 from localspec.sampling.dist import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0)

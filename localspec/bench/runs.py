@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import secrets
-import statistics
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from localspec.backend.model import Model
+from localspec.bench.results import BASELINE, BenchPrompt, BenchResult, Sample
 from localspec.bench.ties import TIE_TOLERANCE, compare_greedy
 from localspec.config.settings import Settings
 from localspec.drafters.base import Drafter
@@ -26,7 +26,6 @@ from localspec.session.drafting import make_drafter
 from localspec.session.prompt import prompt_tokens
 from localspec.text_input import read_file
 
-BASELINE = "baseline"
 # name -> (drafter kind for drafting.make_drafter, draft mode, what it is)
 MODES = {
     "baseline": ("none", "fixed", "the target alone"),
@@ -40,13 +39,6 @@ MODES = {
     "tree": ("tree", "auto", "draft tree (--draft-branches, --draft-p-split), auto controller"),
     "tree-fixed": ("tree", "fixed", "draft tree, fixed length"),
 }
-
-
-@dataclass(frozen=True)
-class BenchPrompt:
-    id: str
-    category: str
-    text: str
 
 
 def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int = 0) -> list[BenchPrompt]:
@@ -76,105 +68,6 @@ def load_prompts(path: Path | None, categories: Sequence[str] = (), limit: int =
     if not prompts:
         raise LocalspecError(f"no prompts selected from {source}")
     return prompts
-
-
-@dataclass
-class Sample:
-    mode: str
-    prompt: BenchPrompt
-    tokens_per_second: float
-    n_generated: int
-    n_drafted: int
-    n_accepted: int
-    n_steps: int
-    tokens: list[int]
-    prompt_tokens: list[int]
-    n_steps_drafted: int = 0
-    costs_ms: dict[str, float] = field(default_factory=dict)  # what the engine's costs stood at after it
-    notes: list[str] = field(default_factory=list)  # why auto stopped a drafter
-
-
-@dataclass
-class ModeSummary:
-    mode: str
-    category: str
-    tokens_per_second: float  # median over prompts
-    speedup: float  # median over prompts of the per-prompt ratio to baseline
-    acceptance_rate: float
-    mean_tokens_per_step: float  # tokens emitted per target pass
-    n_prompts: int
-    drafted_steps: float  # share of steps that verified a draft
-    mean_draft_length: float  # draft tokens per drafted step
-    costs_ms: dict[str, float]  # the costs decisions rested on at the mode's last sample
-
-
-@dataclass
-class BenchResult:
-    samples: list[Sample] = field(default_factory=list)
-    ties: list[dict] = field(default_factory=list)
-    mismatches: list[dict] = field(default_factory=list)
-    suffix_costs: dict[str, float] = field(default_factory=dict)  # suffix_costs.suffix_costs, when suffix ran
-
-    def summaries(self) -> list[ModeSummary]:
-        modes = list(dict.fromkeys(s.mode for s in self.samples))
-        categories = list(dict.fromkeys(s.prompt.category for s in self.samples))
-        out = []
-        for category in [*categories, "all"]:
-            for mode in modes:
-                out.append(self._summary(mode, category))
-        return out
-
-    def _summary(self, mode: str, category: str) -> ModeSummary:
-        chosen = [s for s in self.samples if s.mode == mode and category in ("all", s.prompt.category)]
-        per_prompt: dict[str, list[Sample]] = {}
-        for s in chosen:
-            per_prompt.setdefault(s.prompt.id, []).append(s)
-        base: dict[str, list[float]] = {}
-        for s in self.samples:
-            if s.mode == BASELINE:
-                base.setdefault(s.prompt.id, []).append(s.tokens_per_second)
-        tps = {pid: statistics.median(x.tokens_per_second for x in runs) for pid, runs in per_prompt.items()}
-        base_tps = {pid: statistics.median(v) for pid, v in base.items()}
-        ratios = [tps[pid] / base_tps[pid] for pid in tps if base_tps.get(pid, 0) > 0]
-        drafted = sum(s.n_drafted for s in chosen)
-        steps = sum(s.n_steps for s in chosen)
-        drafted_steps = sum(s.n_steps_drafted for s in chosen)
-        return ModeSummary(
-            mode=mode,
-            category=category,
-            tokens_per_second=statistics.median(tps.values()) if tps else 0.0,
-            speedup=statistics.median(ratios) if ratios else 0.0,
-            acceptance_rate=sum(s.n_accepted for s in chosen) / drafted if drafted else 0.0,
-            mean_tokens_per_step=sum(s.n_generated for s in chosen) / steps if steps else 0.0,
-            n_prompts=len(per_prompt),
-            drafted_steps=drafted_steps / steps if steps else 0.0,
-            mean_draft_length=drafted / drafted_steps if drafted_steps else 0.0,
-            costs_ms=chosen[-1].costs_ms if chosen else {},
-        )
-
-    def to_json(self) -> dict:
-        return {
-            "summary": [vars(s) for s in self.summaries()],
-            "ties": self.ties,
-            "mismatches": self.mismatches,
-            "suffix_costs": self.suffix_costs,
-            "samples": [
-                {
-                    "mode": s.mode,
-                    "prompt_id": s.prompt.id,
-                    "category": s.prompt.category,
-                    "tokens_per_second": s.tokens_per_second,
-                    "n_generated": s.n_generated,
-                    "n_drafted": s.n_drafted,
-                    "n_accepted": s.n_accepted,
-                    "n_steps": s.n_steps,
-                    "n_steps_drafted": s.n_steps_drafted,
-                    "costs_ms": s.costs_ms,
-                    "notes": s.notes,
-                }
-                for s in self.samples
-            ],
-        }
 
 
 @dataclass(frozen=True)
@@ -221,10 +114,12 @@ def run_bench(
     repeat: int = 1,
     raw: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
+    fresh: Sequence[Model] = (),
 ) -> Iterator[Sample]:
     """Yield one Sample per (prompt, mode, repeat); modes run interleaved per prompt so that machine
     drift affects them alike (and, under a simulated clock, the same stretch of a drifting profile).
-    Every mode runs with config's seed (see `seeded`)."""
+    Every mode runs with config's seed (see `seeded`), and reads its prompt afresh in the `fresh`
+    models (their caches emptied first), as a first request does: first token and wait compare."""
     engines = {
         m.name: (
             SpeculativeEngine(target, m.drafter, m.drafter.name if m.drafter else "none", clock),
@@ -243,11 +138,13 @@ def run_bench(
         for r in range(repeat):
             for mode, (engine, cfg) in engines.items():
                 progress(f"running {prompt.category} {prompt.id} {mode} #{r + 1}")
+                for model in fresh:
+                    model.truncate(0)
                 done = drain(engine.generate(tokens, cfg))
                 s = done.stats
                 yield Sample(
                     mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps,
-                    done.tokens, tokens, s.n_steps_drafted, s.costs_ms, s.notes,
+                    done.tokens, tokens, s.n_steps_drafted, s.costs_ms, s.notes, s.first_token_s, s.prompt_s + s.elapsed_s,
                 )
 
 

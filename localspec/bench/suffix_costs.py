@@ -12,7 +12,7 @@ import numpy as np
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_index import SuffixIndex
 from localspec.drafters.suffix_tree import SuffixTree
-from localspec.engine.controller import FixedBudget
+from localspec.engine.budgets import FixedBudget
 from localspec.sampling.dist import SamplingParams
 
 CACHE_SIZES = (10_000, 1_000_000)

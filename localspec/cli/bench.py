@@ -48,8 +48,8 @@ def bench(
 ) -> None:
     """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
     from localspec.bench.profiles import FORMAT, load_profile
+    from localspec.bench.results import BenchResult
     from localspec.bench.runs import (
-        BenchResult,
         check_outputs,
         choose_modes,
         comparable,
@@ -76,7 +76,7 @@ def bench(
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
         clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
         selected = load_prompts(prompts, category or (), limit)
-        target, draft_model = load_models(files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True))
+        target, draft_model, _ = load_models(files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True))
         files = ModelFiles.of(target, draft_model)
         if isinstance(clock, SimulatedClock):
             models = [m for m in (target, draft_model, target.head) if m is not None]
@@ -86,7 +86,8 @@ def bench(
             bench_modes = make_modes(chosen, target, draft_model, settings)
             total = len(selected) * len(chosen) * repeat
             with BenchProgress(total, quiet=json_out) as progress:
-                for sample in run_bench(target, bench_modes, selected, config, clock, repeat, raw, progress.note):
+                fresh = [m for m in (target, draft_model) if m is not None]
+                for sample in run_bench(target, bench_modes, selected, config, clock, repeat, raw, progress.note, fresh):
                     result.samples.append(sample)
                     progress.advance()
             if "suffix" in chosen:

@@ -103,7 +103,7 @@ def run(
                     done = render_plain(events)
         finally:
             loaded.close()
-    done.stats.load_s = loaded.load_s
+    done.stats.load_s, done.stats.draft_load_s = loaded.load_s, loaded.draft_load_s
     if json_out:
         typer.echo(result_json(done, settings.seed, loaded.files, settings))
     elif not quiet:

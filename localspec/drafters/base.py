@@ -47,6 +47,20 @@ class DraftKey:
         return replace(self, kind=kind)
 
 
+@dataclass(frozen=True)
+class CatchUp:
+    """What a drafter must read before it can draft: `tokens` not in its cache (a long prompt it
+    has not read yet, or what was generated while it sat out), at `token_s` seconds each as it
+    measured them (wall time)."""
+
+    tokens: int
+    token_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.tokens * self.token_s
+
+
 class Budget(Protocol):
     """How far a drafter may draft this step; the engine's controller implements it."""
 
@@ -59,9 +73,10 @@ class Budget(Protocol):
     # length a greedy draft model needs only its argmax, one pass over the vocabulary, not three.
     calibrates: bool
 
-    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
+    def limit(self, key: DraftKey, calibrated: bool = False, catch_up: CatchUp | None = None) -> int:
         """The most tokens `key` may draft this step (calibrated: it will ask `keep` and
-        `extend` token by token, so only whether to draft at all is decided here)."""
+        `extend` token by token, so only whether to draft at all is decided here; `catch_up`:
+        what it must read first, which drafting must pay for)."""
 
     def acceptance(self, key: DraftKey, confidence: float) -> float:
         """How likely a token drafted with this confidence is accepted, once all before it were."""

@@ -1,4 +1,6 @@
-"""llama.cpp's chain: prompt lookup first, the draft model whenever lookup has nothing."""
+"""Drafters in turn, the first that drafts anything drafting the step: llama.cpp's chain (prompt
+lookup first, the draft model whenever lookup has nothing), or a draft model with prompt lookup
+behind it (lookup whenever the draft model does not draft)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,9 @@ from localspec.sampling.draws import Coupling
 
 
 class ChainDrafter:
-    name = "chain"
-    key = DraftKey("chain")
-
-    def __init__(self, drafters: Sequence[Drafter]) -> None:
+    def __init__(self, drafters: Sequence[Drafter], name: str = "chain") -> None:
         self.drafters = list(drafters)
+        self.name, self.key = name, DraftKey(name)
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         for d in self.drafters:

@@ -40,7 +40,7 @@ class DraftModelDrafter:
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context, settings.window if self.windowed else 0)
+        self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
@@ -52,7 +52,7 @@ class DraftModelDrafter:
         draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[] if read else None)
         if not self.view.knows(context[-1]):
             return draft
-        max_tokens = budget.limit(self.key, calibrated=True)
+        max_tokens = budget.limit(self.key, calibrated=True, catch_up=self.view.catch_up(context))
         if max_tokens < 1:
             return draft
         # A fixed-length greedy draft reads nothing but each row's top token: the device may take it.

@@ -53,7 +53,7 @@ class TreeDrafter:
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context, settings.window if self.windowed else 0)
+        self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
     def _candidates(self, logits: np.ndarray, params: SamplingParams, position: int) -> tuple[np.ndarray, np.ndarray]:
         """The draft's top candidates at one position, best first (under --verify coupled its
@@ -73,7 +73,7 @@ class TreeDrafter:
         draft = Draft(key=self.key, parents=[], confidences=[])
         if not self.view.knows(context[-1]):
             return draft
-        limit = budget.limit(self.key, calibrated=True)
+        limit = budget.limit(self.key, calibrated=True, catch_up=self.view.catch_up(context))
         if limit < 1:
             return draft
         model = self.model

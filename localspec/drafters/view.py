@@ -16,7 +16,12 @@ draft that read all of a 2-4k-token prompt spent more on that pass than drafting
 its passes grew with what it attended to; the window keeps both a bounded share of the target's.
 The cut moves in steps of half a window, so that a conversation's next turn finds the same cut and
 its cache evaluates only what is new. The target verifies every token: the window costs some
-acceptance on text the draft no longer sees, never a token of output."""
+acceptance on text the draft no longer sees, never a token of output.
+
+A draft with more than EAGER_TOKENS to read at the start of a generation reads a part of it and
+times that, and the rest only when it is first let draft: the controller (engine/controller.py)
+weighs what reading costs against what drafting can save over the answer, so on a long prompt a
+draft that cannot pay its reading back never delays the answer."""
 
 from __future__ import annotations
 
@@ -26,11 +31,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from localspec.backend.model import Model
+from localspec.backend.slots import common_prefix
 from localspec.config.defaults import DRAFT_SINK_TOKENS
+from localspec.drafters.base import CatchUp
 
 # A draft that drafted the step before evaluates at most two tokens to catch up (the last it
 # drafted and the target's own); more means it sat out steps.
 STEADY_TOKENS = 2
+EAGER_TOKENS = 256  # read at the start of a generation whatever it costs: reading this much is cheap
+WARM_TOKENS = 4  # read untimed first: a process's first pass also pages in the weights
+TIMED_TOKENS = 32  # then timed, for the price of reading the rest (a 32-token pass reads at a long one's rate)
 
 
 def shown(context: Sequence[int], window: int) -> Sequence[int]:
@@ -51,8 +61,10 @@ class DraftView:
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
         self.window = 0  # the generation's --draft-window (0: the whole context)
+        self.lazy = True  # whether a long read waits for the first sync (begin)
         self.synced_s = 0.0  # the last sync's seconds
         self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
+        self.token_s = 0.0  # seconds per token of its longest recent read (0: none timed yet)
 
     def knows(self, token: int) -> bool:
         """Whether the draft has this id. After a token it lacks, its guesses would continue the
@@ -63,26 +75,50 @@ class DraftView:
         n = self.model.n_vocab
         return [t for t in tokens if t < n]
 
-    def begin(self, context: Sequence[int], window: int = 0) -> None:
+    def begin(self, context: Sequence[int], window: int = 0, lazy: bool = True) -> None:
         """A new generation: the draft evaluates the prompt, or its window of a long one (reusing
-        what its cache shares)."""
-        self.window = window
+        what its cache shares); of a long read, if `lazy`, a timed part now and the rest when first
+        synced (MTP heads read the target's state as its passes leave it: they read at once)."""
+        self.window, self.lazy = window, lazy
         self.tokens, self.seen = self._known(shown(context, window)), len(context)
         self.model.resume(self.tokens)
-        self.model.sync(self.tokens, top_only=None)
+        have = common_prefix(self.model.cached, self.tokens)
+        if not lazy or len(self.tokens) - have <= EAGER_TOKENS:
+            self.model.sync(self.tokens, top_only=None)
+            return
+        if not self.model.passes:
+            self.model.prefill(self.tokens[: have + WARM_TOKENS])
+            have += WARM_TOKENS
+        t0 = time.perf_counter()
+        self.model.prefill(self.tokens[: have + TIMED_TOKENS])
+        self.token_s = (time.perf_counter() - t0) / TIMED_TOKENS
+
+    def behind(self, context: Sequence[int]) -> int:
+        """Tokens the next sync to `context` evaluates."""
+        if len(context) < self.seen:
+            return len(context)
+        return len(self.tokens) - common_prefix(self.model.cached, self.tokens) + len(context) - self.seen
+
+    def catch_up(self, context: Sequence[int]) -> CatchUp | None:
+        """What drafting after `context` must read first, beyond a step's usual one or two tokens
+        (None: nothing more, or no read timed yet to price it by)."""
+        behind = self.behind(context)
+        return CatchUp(behind, self.token_s) if behind > STEADY_TOKENS and self.token_s else None
 
     def sync(self, context: Sequence[int], top_only: bool = False) -> np.ndarray:
         """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
         over the target's vocabulary (its top token only, where the device takes it, if top_only)."""
         if len(context) < self.seen:
-            self.begin(context, self.window)
-        new = self._known(context[self.seen :])
-        self.tokens.extend(new)
+            self.begin(context, self.window, self.lazy)
+        behind = self.behind(context)
+        self.tokens.extend(self._known(context[self.seen :]))
         self.seen = len(context)
         t0 = time.perf_counter()
         logits = self.fit(self.model.sync(self.tokens, top_only))
         self.synced_s = time.perf_counter() - t0
-        self.caught_up_s = self.synced_s if len(new) > STEADY_TOKENS else 0.0
+        self.caught_up_s = self.synced_s if behind > STEADY_TOKENS else 0.0
+        if behind >= TIMED_TOKENS:
+            self.token_s = self.synced_s / behind
         return logits
 
     def fit(self, logits: np.ndarray) -> np.ndarray:

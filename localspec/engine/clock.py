@@ -25,6 +25,9 @@ class Clock(Protocol):
     def prompt(self, tokens: int, measured: float) -> float:
         """Seconds to charge for evaluating `tokens` prompt tokens."""
 
+    def read(self, source: str, tokens: int, measured: float) -> float:
+        """Seconds to charge for drafter `source` reading (a part of) a prompt of `tokens` tokens."""
+
     def verify(self, batch: int, context: int, measured: float) -> float:
         """Seconds to charge for a target pass over `batch` tokens after `context` and its verification."""
 
@@ -48,6 +51,9 @@ class WallClock:
         pass
 
     def prompt(self, tokens: int, measured: float) -> float:
+        return measured
+
+    def read(self, source: str, tokens: int, measured: float) -> float:
         return measured
 
     def verify(self, batch: int, context: int, measured: float) -> float:
@@ -113,6 +119,13 @@ class SimulatedClock:
     def prompt(self, tokens: int, measured: float) -> float:
         self._outside()  # rendering and tokenizing a prompt is no part of a step
         return self._charge(self.profile.verify(tokens, 0, self.t - self.origin) if tokens else 0.0)
+
+    def read(self, source: str, tokens: int, measured: float) -> float:
+        """A draft's reading, as the profile's target pass that wide scaled to a draft pass."""
+        at = self.t - self.origin
+        if not tokens:
+            return self._charge(0.0)
+        return self._charge(self.profile.verify(tokens, 0, at) / self.profile.verify(1, 0, at) * self.profile.draft(source, 1, at))
 
     def verify(self, batch: int, context: int, measured: float) -> float:
         return self._charge(self.profile.verify(batch, context, self.t - self.origin))

@@ -21,6 +21,10 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   drafter here: its match lengths learn acceptance apart but share the trial and the verdict; a
   length that does not pay sits out and is rechecked at growing intervals.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
+- A drafter that must first read much (a draft model that has not read a long prompt yet) drafts
+  only once what drafting can save over the rest of the answer (the tokens still expected, at the
+  best rate its estimates promise) is more than the reading costs; until then it waits, and the
+  target (or a drafter with nothing to read) goes on alone.
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
 the two, the first also paging in the weights), so the first token comes as fast as without
@@ -33,7 +37,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from localspec.drafters.base import DraftKey
+from localspec.drafters.base import CatchUp, DraftKey
+from localspec.engine.budgets import AutoBudget
 from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, Realized, SourceEstimates, expected_tokens
 
@@ -52,29 +57,17 @@ RECHECK_AFTER = 16
 REFRESH_STEPS = 48
 # Expected gains carry estimation error; a length must promise this much over plain decoding.
 GAIN_MARGIN = 1.02
+# Before a draft model has drafted, what reading a long prompt can earn is priced at this acceptance
+# per position: what a draft of its target's family reaches on a long context through its window
+# (the good testbed draft 0.71 on a 2.5k-token prompt, 0.87 reading all of it); the trial's estimates
+# take over once it drafts.
+READ_PRIOR_ALPHA = 0.7
+# What reading costs is measured; what it saves rests on estimates (the CPU's wide passes at a
+# context length not drafted at yet, acceptance not seen yet): it must promise this much more.
+READ_MARGIN = 1.5
 # Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
 # only partly capture: among lengths within this fraction of the best rate, the longest wins.
 FLAT_TOLERANCE = 0.03
-
-
-@dataclass
-class FixedBudget:
-    cap: int
-    floor: int = 0
-    asked: DraftKey | None = None  # a fixed length is nobody's verdict to record
-    calibrates: bool = False
-
-    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
-        return self.cap
-
-    def acceptance(self, key: DraftKey, confidence: float) -> float:
-        return confidence
-
-    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
-        return n <= self.cap
-
-    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
-        return n < self.cap
 
 
 @dataclass
@@ -101,6 +94,8 @@ class AutoController:
     _tokens: float = 0.0
     _seconds: float = 0.0
     _since_plain: int = 0
+    remaining: float = 0.0  # tokens the answer is still expected to run (plan() sets it each step)
+    _waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
@@ -137,16 +132,24 @@ class AutoController:
         realized = self._tokens / self._seconds if self._seconds > 0 else 0.0
         return max(realized, self.plain_rate())
 
-    def plan(self, cap: int, floor: int = 0) -> _AutoBudget:
-        """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
-        (`asked`), for `record_step` to credit the step to."""
-        return _AutoBudget(self, cap, min(floor, cap))
+    def start(self) -> None:
+        """A generation starts: a drafter that waited to read in the last one is judged anew."""
+        self._waiting.clear()
 
-    def limit(self, key: DraftKey, cap: int, calibrated: bool) -> tuple[int, int]:
+    def plan(self, cap: int, floor: int = 0, remaining: float = 0.0) -> AutoBudget:
+        """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
+        (`asked`), for `record_step` to credit the step to. `remaining`: the tokens the answer is
+        still expected to run, which reading a long context must pay back over."""
+        self.remaining = remaining
+        return AutoBudget(self, cap, min(floor, cap))
+
+    def limit(self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None) -> tuple[int, int]:
         """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
         st = self.gate(key.drafter)
         st.probing = False
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
+            return 0, 0
+        if catch_up is not None and not st.benched and not self._reading_pays(key, cap, catch_up):
             return 0, 0
         if st.trial > 0:
             k, floor = (cap if calibrated else max(self.best_length(key, cap), TRIAL_LENGTH)), TRIAL_LENGTH
@@ -176,6 +179,30 @@ class AutoController:
             else:
                 self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
+
+    def _reading_pays(self, key: DraftKey, cap: int, catch_up: CatchUp) -> bool:
+        """Whether what `key` can save over the tokens still expected is READ_MARGIN times what
+        reading `catch_up` costs first (a reading no dearer than a target pass is left to the
+        gate). Saved per token: a one-token pass's cost less the best cost per token its drafts
+        promise (READ_PRIOR_ALPHA before it has drafted at all)."""
+        costs = self.costs
+        reading = costs.read(catch_up)
+        if reading <= costs.verify(1):
+            return True
+        est = self.estimates(key.estimates)
+        alphas = est.alphas(cap) if est.reached else [READ_PRIOR_ALPHA] * cap
+        per_token = min((costs.draft(key.drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k) for k in range(1, cap + 1))
+        saved = self.remaining * (costs.verify(1) - per_token)
+        if saved > READ_MARGIN * reading:
+            self._waiting.discard(key.drafter)
+            return True
+        if key.drafter not in self._waiting:
+            self._waiting.add(key.drafter)
+            self.notes.append(
+                f"{key.drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would cost more than drafting saves "
+                f"over the ~{self.remaining:.0f} tokens expected (~{max(saved, 0.0):.1f}s)"
+            )
+        return False
 
     def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
@@ -236,42 +263,3 @@ class AutoController:
             st.idle_steps = st.probe_interval  # the next step probes again
         else:
             st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
-
-
-@dataclass
-class _AutoBudget:
-    controller: AutoController
-    cap: int
-    floor: int = 0  # --draft-min; raised for a step on trial or probing
-    asked: DraftKey | None = None  # the drafter let draft this step, last asked
-    calibrates: bool = True
-    _rate_now: float | None = None
-
-    def _rate(self) -> float:
-        if self._rate_now is None:
-            self._rate_now = self.controller.rate()
-        return self._rate_now
-
-    def limit(self, key: DraftKey, calibrated: bool = False) -> int:
-        k, floor = self.controller.limit(key, self.cap, calibrated)
-        if k:
-            self.asked = key
-            self.floor = max(self.floor, floor)
-            return max(k, self.floor)
-        return 0
-
-    def acceptance(self, key: DraftKey, confidence: float) -> float:
-        return self.controller.estimates(key.estimates).calibrated(confidence)
-
-    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
-        if n <= self.floor:
-            return True
-        return n <= self.cap and self.controller.pays(key, path_p, n, n, self.cap, self._rate())
-
-    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
-        if n >= self.cap:
-            return False
-        if n < self.floor:
-            return True
-        p_next = path_p * self.controller.estimates(key.estimates).alphas(n + 1)[n]
-        return self.controller.pays(key, p_next, n + 1, n, self.cap, self._rate())

@@ -18,6 +18,8 @@ from bisect import bisect_left
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from localspec.drafters.base import CatchUp
+
 LEVEL_RATE = 0.3  # how fast the level follows a new observation
 SHAPE_RATE = 0.15  # how fast a batch size's relative cost does
 LOAD_SHIFT = 0.25  # a pass this much off its estimate moves the level, its width's shape barely
@@ -34,6 +36,8 @@ SPAN_TOKENS = 512  # the first span of context length; each later one is twice a
 # width timed once at a bad moment would otherwise price every draft through it too high, and
 # drafts that never grow past it would never time wider passes to correct it.
 SHAPE_PRIOR = 2.0
+# A prompt pass shorter than this is timed too coarsely to price a drafter's reading by.
+MIN_PROMPT_TOKENS = 64
 
 
 def span(context: int) -> int:
@@ -193,6 +197,11 @@ class LiveCosts:
     spans: dict[int, _Passes] = field(default_factory=dict)  # span of context length -> its passes
     drafts: dict[str, _DraftFit] = field(default_factory=dict)
     context: int = 0  # tokens before the pass to come
+    # The target's latest long prompt pass: seconds per token as charged, and charged over measured
+    # (a simulated clock charges other than the wall): a drafter's reading, timed on the wall, is
+    # priced through them.
+    prompt_token_s: float = 0.0
+    prompt_scale: float = 1.0
 
     def at(self, context: int) -> None:
         """The next passes follow `context` tokens."""
@@ -223,6 +232,11 @@ class LiveCosts:
         """A target pass over `batch` tokens (with its verification) took `seconds`."""
         if seconds > 0:
             self._passes.observe(batch, seconds)
+
+    def observe_prompt(self, tokens: int, charged: float, measured: float) -> None:
+        """The target evaluated `tokens` prompt tokens, charged `charged` seconds, measured `measured`."""
+        if tokens >= MIN_PROMPT_TOKENS and charged > 0 and measured > 0:
+            self.prompt_token_s, self.prompt_scale = charged / tokens, charged / measured
 
     def observe_draft(self, source: str, passes: int, seconds: float, first: float | None = None) -> None:
         """A call to drafter `source` ran `passes` draft-model passes in `seconds`, the first of
@@ -258,12 +272,21 @@ class LiveCosts:
         """What a target pass over `batch` tokens costs relative to a one-token pass."""
         return self._passes.relative(batch)
 
-    def draft(self, source: str, passes: int) -> float:
-        """Seconds for a call to `source` that runs `passes` draft-model passes."""
+    def draft(self, source: str, passes: int, reading: CatchUp | None = None) -> float:
+        """Seconds for a call to `source` that runs `passes` draft-model passes. Before it has been
+        timed, a `reading` it timed prices its passes at that reading's share of the target's
+        prompt pass (a draft as dear as its target cannot pay on a long prompt, whatever it accepts)."""
         fit = self.drafts.get(source)
         if fit is None or fit.w <= 0:
-            return PRIOR_DRAFT_SHARE * self.verify(1) * passes
+            share = PRIOR_DRAFT_SHARE
+            if reading is not None and self.prompt_token_s > 0:
+                share = self.read(reading) / reading.tokens / self.prompt_token_s
+            return share * self.verify(1) * passes
         return fit.predict(passes)
+
+    def read(self, reading: CatchUp) -> float:
+        """Seconds to charge for a drafter's `reading`."""
+        return reading.seconds * self.prompt_scale
 
     def summary(self, batch: int) -> dict[str, float]:
         """The figures decisions rest on now, in milliseconds (for bench and the stats)."""

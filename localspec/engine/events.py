@@ -66,10 +66,12 @@ class GenerationStats:
     n_accepted: int = 0
     n_steps: int = 0
     n_steps_drafted: int = 0
-    prompt_s: float = 0.0
+    prompt_s: float = 0.0  # the target's prompt pass and the drafter's start (its reading, or a part of it)
+    target_prompt_s: float = 0.0  # of prompt_s, the target's own
     first_token_s: float = 0.0  # from the start of the generation (prompt included) to its first token
     elapsed_s: float = 0.0
-    load_s: float = 0.0
+    load_s: float = 0.0  # loading the models, where the generation waited for it (run)
+    draft_load_s: float = 0.0  # of load_s, the draft's
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
     origins: dict[str, DrafterStats] = field(default_factory=dict)  # Draft.origin's, where given
     # The costs decisions rested on at the end (ms: a one-token target pass, one as wide as the
@@ -97,6 +99,18 @@ class GenerationStats:
         if self.alone_s <= 0 or self.steps_s <= 0:
             return 0.0
         return min(self.alone_s / self.steps_s, self.mean_tokens_per_step)
+
+    @property
+    def end_to_end_estimate(self) -> float:
+        """Estimated speed against the target alone as the person waited (0: no step to judge
+        from): loading, the prompt and the generation, against the target's load and prompt pass
+        and its generation at the estimated speedup. What a draft costs before its first token
+        (its load, its reading) counts here, which the generation figure leaves out."""
+        speedup = self.speedup_estimate
+        if not speedup or self.elapsed_s <= 0:
+            return 0.0
+        alone = self.load_s - self.draft_load_s + self.target_prompt_s + self.elapsed_s * speedup
+        return alone / (self.load_s + self.prompt_s + self.elapsed_s)
 
     @property
     def target_alone_tps(self) -> float:
@@ -146,13 +160,16 @@ class GenerationStats:
             "elapsed_s": round(self.elapsed_s, 6),
             "prompt_tokens_per_second": round(self.prompt_tokens_per_second, 3),
             "prompt_s": round(self.prompt_s, 6),
+            "target_prompt_s": round(self.target_prompt_s, 6),
             "first_token_s": round(self.first_token_s, 6),
             "load_s": round(self.load_s, 6),
+            "draft_load_s": round(self.draft_load_s, 6),
             "drafter": self.drafter,
             "draft_mode": self.draft_mode,
             "costs_ms": self.costs_ms,
             "target_alone_tokens_per_second": round(self.target_alone_tps, 3),
             "speedup_estimate": round(self.speedup_estimate, 3),
+            "end_to_end_estimate": round(self.end_to_end_estimate, 3),
             "threads": self.threads,
             "threads_fewest": self.threads_fewest,
             "threads_default": self.threads_default,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -25,9 +26,10 @@ import numpy as np
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import DecodeAborted, Model
 from localspec.drafters.base import Draft, Drafter
+from localspec.engine.accounting import expected_left, price_steps
+from localspec.engine.budgets import FixedBudget
 from localspec.engine.clock import Clock, WallClock
-from localspec.engine.constraint import constrain_rows, penalise_rows
-from localspec.engine.controller import AutoController, FixedBudget
+from localspec.engine.controller import AutoController
 from localspec.engine.events import (
     DoneEvent,
     Event,
@@ -39,13 +41,15 @@ from localspec.engine.events import (
     TokenLogprob,
 )
 from localspec.engine.generation import GenerationConfig, Proposal, Run, StepCost
+from localspec.engine.target_pass import chain_pass, tree_pass
 from localspec.engine.text import TextStream
 from localspec.engine.threads import ThreadGovernor
-from localspec.engine.tree_verify import TreeLayout, verify_tree
-from localspec.engine.verdicts import judged, verify
+from localspec.engine.verdicts import judged
 from localspec.errors import LocalspecError
 from localspec.sampling.dist import token_logprobs
 from localspec.sampling.draws import Coupling
+
+ENDED_KEPT = 16  # answers whose lengths tell how long the next will run (a chat's, a server's)
 
 
 class SpeculativeEngine:
@@ -60,6 +64,7 @@ class SpeculativeEngine:
         # generation to the next (a chat's replies, bench's prompts).
         self.controller = AutoController()
         self.governor: ThreadGovernor | None = None  # set where the thread count is the engine's to choose
+        self.ended: deque[int] = deque(maxlen=ENDED_KEPT)  # lengths of recent answers that ended on their own
 
     def generate(
         self,
@@ -107,24 +112,31 @@ class SpeculativeEngine:
         stats.threads_default = self.governor.most if self.governor else target.threads
         stats.threads_fewest = target.threads
         run = Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
+        self.controller.start()
         if config.grammar:
             run.grammar = Grammar.compile(target.vocab, config.grammar)
         return run
 
     def _prefill(self, run: Run) -> PromptEvent:
         """Evaluate the prompt but its last token, which goes into the first verification batch,
-        so even the first generated token can come from the draft."""
-        wall = time.perf_counter()
+        so even the first generated token can come from the draft. The target's part is timed
+        apart: what the target alone would have taken, and what a draft's reading is priced by."""
+        stats, read = run.stats, 0.0
         try:
+            wall = time.perf_counter()
             self.target.resume(run.ctx)
-            reused = self.target.prefill(run.ctx[:-1])
-            run.stats.n_prompt_evaluated = len(run.ctx) - reused
+            stats.n_prompt_evaluated = len(run.ctx) - self.target.prefill(run.ctx[:-1])
+            own = time.perf_counter() - wall
+            stats.target_prompt_s = self.clock.prompt(stats.n_prompt_evaluated, own)
+            self.controller.costs.observe_prompt(stats.n_prompt_evaluated, stats.target_prompt_s, own)
             if run.drafter is not None:
+                wall = time.perf_counter()
                 run.drafter.begin(run.ctx, run.config.drafting, run.coupling)
+                read = self.clock.read(stats.drafter, len(run.ctx), time.perf_counter() - wall)
         except DecodeAborted:
             run.stop_reason = "interrupted"
-        run.stats.prompt_s = self.clock.prompt(run.stats.n_prompt_evaluated, time.perf_counter() - wall)
-        return PromptEvent(run.stats.n_prompt, run.stats.n_prompt_evaluated, run.stats.prompt_s, run.stats.drafter)
+        stats.prompt_s = stats.target_prompt_s + read
+        return PromptEvent(stats.n_prompt, stats.n_prompt_evaluated, stats.prompt_s, stats.drafter)
 
     def _step(self, run: Run) -> Iterator[Event]:
         """One step: propose, verify in one target pass, record what it cost and earned, emit."""
@@ -156,7 +168,11 @@ class SpeculativeEngine:
         if drafter is None or k_max < max(1, config.draft_min):
             return Proposal(Draft())
         floor = config.draft_min
-        budget = self.controller.plan(k_max, floor) if config.draft_mode == "auto" else FixedBudget(k_max, floor)
+        if config.draft_mode == "auto":
+            cap = min(config.max_tokens, self.target.n_ctx - len(run.ctx) + len(run.generated))
+            budget = self.controller.plan(k_max, floor, expected_left(len(run.generated), cap, self.ended))
+        else:
+            budget = FixedBudget(k_max, floor)
         wall = time.perf_counter()
         draft = drafter.propose(run.ctx, budget, config.sampling, run.rng, run.grammar)
         if run.grammar is not None and draft.key.lookup and draft.parents is None:
@@ -180,27 +196,13 @@ class SpeculativeEngine:
     def _verify(self, run: Run, draft: Draft) -> tuple[list[int], int, int, bool]:
         """(the accepted draft indices, the target's own next token, the draft's depth, whether
         the target's cache dropped the rejected tail) for a chain or a tree."""
-        ctx, target = run.ctx, self.target
-        if draft.parents is not None and draft.tokens:
-            path, token, depth, logits = self._tree_step(run, draft)
-            self._score(run, logits, draft, path, token)
+        tree = draft.parents is not None and draft.tokens
+        path, token, depth, logits = (tree_pass if tree else chain_pass)(self.target, run, draft)
+        self._score(run, logits, draft, path, token)
+        if tree or self.target.truncate(len(run.ctx) + len(path)):
             return path, token, depth, True
-        logits = target.decode([ctx[-1], *draft.tokens], all_logits=True, top_only=run.top_only)
-        self._shape(run, logits, draft)
-        n_acc, token = verify(logits, draft, run.config.sampling, run.rng, run.coupling, len(ctx))  # type: ignore[arg-type]
-        path = list(range(n_acc))
-        self._score(run, logits, draft, path, token)  # type: ignore[arg-type]
-        if target.truncate(len(ctx) + n_acc):
-            return path, token, len(draft.tokens), True
-        target.prefill([*ctx, *draft.tokens[:n_acc]])
-        return path, token, len(draft.tokens), False
-
-    def _shape(self, run: Run, logits: np.ndarray, draft: Draft) -> None:
-        """The pass's rows under penalties and the grammar, before anything reads them."""
-        penalise_rows(logits, run.ctx, draft.tokens, draft.parents, run.config.sampling)
-        if run.grammar is not None:
-            whole = run.config.logprobs is not None and run.config.sampling.greedy  # an exact log-sum-exp
-            constrain_rows(logits, draft.tokens, draft.parents, run.grammar, run.config.sampling, whole)
+        self.target.prefill([*run.ctx, *draft.tokens[: len(path)]])
+        return path, token, depth, False
 
     def _score(self, run: Run, logits: np.ndarray, draft: Draft, path: list[int], token: int) -> None:
         """The target's log-probabilities of the step's tokens, when asked for: read now, before
@@ -263,38 +265,8 @@ class SpeculativeEngine:
         stats.notes = self.controller.notes[run.notes_before:]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in costs.summary(mean_batch).items()}
-        # Each step against the target alone at its own moment: its tokens at what a one-token pass
-        # cost then (known once its width is timed, if only by this step), against what it took.
-        for step in run.spent:
-            plain = costs.one_token_pass(step.span, step.width, step.verify_s)
-            stats.alone_s += step.shown * plain
-            stats.steps_s += step.step_s if plain else 0.0
+        price_steps(stats, run.spent, costs)
+        if run.stop_reason in ("eos", "stop"):
+            self.ended.append(len(run.generated))
         tail = run.stream.finish()
         return DoneEvent(run.stop_reason, stats, tail, run.stream.text, run.generated)
-
-    def _tree_step(self, run: Run, draft: Draft) -> tuple[list[int], int, int, np.ndarray]:
-        """Verify a draft tree in one pass; return (the accepted path's node indices, the target's
-        token, the tree's depth, the pass's logits)."""
-        target, ctx = self.target, run.ctx
-        layout = TreeLayout.build(draft.parents or [])
-        if layout.n_seqs > target.n_seq_max:
-            raise LocalspecError(f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences")
-        for s in range(1, layout.n_seqs):
-            target.copy_seq(0, s)  # every branch sees the whole context
-        root = len(ctx) - 1
-        try:
-            logits = target.decode_tree(
-                [ctx[-1], *draft.tokens],
-                [root, *(root + d for d in layout.depth)],
-                [list(range(layout.n_seqs)), *layout.node_seqs],
-            )
-        except DecodeAborted:
-            # The copies of the context in the other sequences would be seen twice by a later tree.
-            for s in range(1, layout.n_seqs):
-                target.drop_seq(s)
-            raise
-        self._shape(run, logits, draft)
-        path, token = verify_tree(logits, draft.tokens, layout, run.config.sampling, run.rng, run.coupling, len(ctx))
-        seq = layout.node_seqs[path[-1]][0] if path else 0
-        target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs, rows=[0, *(i + 1 for i in path)])
-        return path, token, max(layout.depth), logits

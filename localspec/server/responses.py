@@ -23,7 +23,9 @@ def usage(stats: GenerationStats) -> dict[str, int]:
 
 def timings(stats: GenerationStats, queue_ms: float) -> dict[str, float | int]:
     """llama-server's timings object: prompt_n counts the prompt tokens evaluated, cache_n those
-    reused from the KV cache; queue_ms is how long the request waited behind others."""
+    reused from the KV cache; queue_ms is how long the request waited behind others. Beside
+    llama-server's: the first token's time (prompt included) and the estimated speed against the
+    target alone, of the generation and of the whole wait (prompt included, queue left out)."""
     predicted_ms = stats.elapsed_s * 1000
     return {
         "queue_ms": round(queue_ms, 3),
@@ -37,6 +39,9 @@ def timings(stats: GenerationStats, queue_ms: float) -> dict[str, float | int]:
         "cache_n": stats.n_prompt - stats.n_prompt_evaluated,
         "draft_n": stats.n_drafted,
         "draft_n_accepted": stats.n_accepted,
+        "first_token_ms": round(stats.first_token_s * 1000, 3),
+        "speedup_estimate": round(stats.speedup_estimate, 3),
+        "end_to_end_estimate": round(stats.end_to_end_estimate, 3),
     }
 
 

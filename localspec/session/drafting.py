@@ -21,18 +21,26 @@ from localspec.drafters.tree import TreeDrafter
 from localspec.errors import LocalspecError
 from localspec.session.datastores import open_datastores
 
-DRAFTERS = ("none", "ngram", "suffix", "draft-model", "mtp", "tree", "chain")
+DRAFTERS = ("none", "ngram", "suffix", "draft-model", "mtp", "tree", "chain", "draft+lookup")
 
 
 def default_drafter(has_draft: bool, settings: Settings, heads: bool = False) -> str:
     """Prompt lookup alone without a draft model (by --lookup-method); beside one the draft model,
     or else the target's own MTP heads (`heads`), a tree with --draft-branches > 1, chained after
-    prompt lookup when --lookup or --datastore asks for it."""
+    prompt lookup when --lookup or --datastore asks for it. A draft model left to itself has
+    prompt lookup behind it, drafting whenever it does not (waiting to read a long prompt, or
+    paused): lookup reads nothing first (--no-lookup: the draft model alone)."""
     drafts = has_draft or heads
     lookup = settings.lookup if settings.lookup is not None else not drafts or bool(settings.datastore)
     if not drafts:
         return settings.lookup_via if lookup else "none"
-    return "chain" if lookup else "tree" if settings.draft_branches > 1 else "draft-model" if has_draft else "mtp"
+    if lookup:
+        return "chain"
+    if settings.draft_branches > 1:
+        return "tree"
+    if not has_draft:
+        return "mtp"
+    return "draft+lookup" if settings.lookup is None else "draft-model"
 
 
 def make_drafter(
@@ -46,7 +54,8 @@ def make_drafter(
         return NgramDrafter()
     if kind == "suffix":
         return SuffixDrafter(memory, settings.draft_branches, stores)
-    trees = kind == "tree" or (kind == "chain" and settings.draft_branches > 1)
+    chained = kind in ("chain", "draft+lookup")
+    trees = kind == "tree" or (chained and settings.draft_branches > 1)
     if trees and settings.draft_branches < 2:
         raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
     if draft is None and target.head is not None:
@@ -60,11 +69,11 @@ def make_drafter(
         model = TreeDrafter(draft, settings.draft_branches, target.n_vocab)
     else:
         model = DraftModelDrafter(draft, target.n_vocab)
-    if kind != "chain":
+    if not chained:
         return model
     lookup = make_drafter(settings.lookup_via, target, None, settings, memory, stores)
     assert lookup is not None
-    return ChainDrafter([lookup, model])
+    return ChainDrafter([lookup, model]) if kind == "chain" else ChainDrafter([model, lookup], kind)
 
 
 def suffix_memory(target: Model, settings: Settings, digest: str, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache:

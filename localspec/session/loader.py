@@ -149,6 +149,7 @@ class Loaded:
     load_s: float
     # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
     cancel: threading.Event
+    draft_load_s: float = 0.0  # of load_s, the draft's: what the target alone would not have waited
 
     @property
     def files(self) -> ModelFiles:
@@ -179,9 +180,10 @@ def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag:
 def load_models(
     files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False, serving: bool = False,
     notify: Callable[[str], None] = lambda _m: None,
-) -> tuple[Model, Model | None]:
+) -> tuple[Model, Model | None, float]:
     """Check both files and their vocabularies before any weights are loaded, then load them
-    (serving: each keeping settings.slots conversations in its cache)."""
+    (serving: each keeping settings.slots conversations in its cache): (the target, the draft, the
+    seconds loading the draft took, which the target alone would not have)."""
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
@@ -227,9 +229,9 @@ def load_models(
         rpc.keep_alive(servers)
         rpc.watch(target.timer, servers)
     if files.draft is None:
-        return target, None
+        return target, None, 0.0
     draft_threads = settings.draft_threads or cores
-    draft = None
+    draft, started = None, time.perf_counter()
     try:
         draft = _model(
             files.draft,
@@ -251,7 +253,7 @@ def load_models(
         if draft is not None:
             draft.close()
         raise
-    return target, draft
+    return target, draft, time.perf_counter() - started
 
 
 def thread_governor(target: Model, draft: Model | None, settings: Settings) -> ThreadGovernor | None:
@@ -281,7 +283,7 @@ def load(
     t0 = time.perf_counter()
     cancel = cancel or threading.Event()
     metas = datastore_metas(settings.datastore)
-    target, draft = load_models(files, settings, cancel, verbose, serving, notify)
+    target, draft, draft_load_s = load_models(files, settings, cancel, verbose, serving, notify)
     try:
         drafter = session_drafter(target, draft, settings, metas, notify, scope)
     except BaseException:
@@ -291,4 +293,4 @@ def load(
         raise
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
     engine.governor = thread_governor(target, draft, settings)
-    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel)
+    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel, draft_load_s)

@@ -13,7 +13,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from localspec.bench.runs import BenchResult
+from localspec.bench.results import BenchResult
 from localspec.bench.suffix_costs import CACHE_SIZES
 from localspec.cli.views.plain import description_column, plain, say
 
@@ -57,7 +57,8 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
     if simulated:
         title += f": SIMULATED under the {simulated} cost profile"
     table = Table(title=plain(title))
-    for col in ("category", "mode", "prompts", "tok/s", "speedup", "acceptance", "tokens/pass", "drafted steps", "draft len"):
+    columns = ("category", "mode", "prompts", "tok/s", "speedup", "first token", "end to end", "acceptance", "tokens/pass", "drafted steps", "draft len")
+    for col in columns:
         table.add_column(col, justify="left" if col in ("category", "mode") else "right")
     last = None
     for s in result.summaries():
@@ -66,6 +67,7 @@ def render_table(result: BenchResult, simulated: str | None = None, console: Con
         last = s.category
         table.add_row(*map(plain, (
             s.category, s.mode, str(s.n_prompts), f"{s.tokens_per_second:.1f}", f"{s.speedup:.2f}x",
+            f"{s.first_token_s:.2f}s", f"{s.end_to_end:.2f}x",
             f"{s.acceptance_rate:.1%}" if s.mean_draft_length else "-", f"{s.mean_tokens_per_step:.2f}",
             f"{s.drafted_steps:.0%}" if s.mode != "baseline" else "-", f"{s.mean_draft_length:.1f}" if s.mean_draft_length else "-",
         )))

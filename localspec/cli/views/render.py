@@ -36,6 +36,8 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
         )
         if stats.speedup_estimate and stats.tokens_per_second:
             parts.append(f"~{stats.speedup_estimate:.2f}x the target alone (est. {stats.target_alone_tps:.1f} tok/s)")
+    if stats.end_to_end_estimate and stats.drafter != "none":
+        parts.append(f"first token {stats.first_token_s:.2f}s, end to end ~{stats.end_to_end_estimate:.2f}x")
     reused = stats.n_prompt - stats.n_prompt_evaluated
     evaluated = f", {stats.n_prompt_evaluated} evaluated" if reused > 0 else ""
     parts.append(f"prompt {stats.n_prompt} tokens{evaluated} ({stats.prompt_tokens_per_second:.0f} tok/s)")

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Long prompts as the person waits (#49): documents made of Spec-Bench's summarization and rag
+texts joined to about 2k, 4k and 7k tokens, then "Summarize the documents above in five
+sentences."; every generation a separate `localspec run` process with an empty cache directory,
+modes interleaved per prompt, timed from the process's start to its exit (loading included).
+
+Usage: python benchmarks/long_prompts.py TARGET.gguf --draft DRAFT.gguf --prompts specbench-dev.jsonl
+           [--sizes 2000,4000,7000] [--per-size 2] [-n 128,512] [--temps 0,0.8] [--repeat 1]
+           [--modes baseline,default,fixed-8,lookup] [--ctx 8192] [--busy] [--json OUT.json]
+Modes: baseline (the target alone), default (run's default with the draft: auto, the draft model with
+prompt lookup behind it), draft-only (auto, --no-lookup), fixed-K (the draft model at K tokens a step,
+reading all its window at once, as llama.cpp's does), lookup (prompt lookup alone).
+Prints per cell (size, -n, temp, mode) the medians over prompts and repeats of: the wait against
+the target alone's (end to end: > 1 is faster), the first token's time against the target alone's,
+generation tokens/s against the target alone's, and how often the draft waited to read."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+CHARS_PER_TOKEN = 4.6  # SmolLM2's tokenizer on these English news texts
+ASK = "\n\nSummarize the documents above in five sentences."
+
+
+def documents(path: Path) -> list[str]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [r["turns"][0] for r in rows if r["category"] in ("summarization", "rag")]
+    return [t.removeprefix("Summarize:").strip() for t in texts]
+
+
+def long_prompt(texts: list[str], tokens: int, start: int) -> str:
+    """Documents from texts[start:] joined until about `tokens` tokens, then the question."""
+    parts, chars, i = [], 0, start
+    while chars < tokens * CHARS_PER_TOKEN:
+        text = texts[i % len(texts)]
+        parts.append(f"Document {len(parts) + 1}:\n{text}")
+        chars += len(text)
+        i += 1
+    return "\n\n".join(parts) + ASK
+
+
+def mode_args(mode: str, draft: Path) -> list[str]:
+    if mode == "baseline":
+        return ["-d", "none", "--no-lookup"]
+    if mode == "lookup":
+        return ["-d", "none", "--lookup"]
+    if mode == "default":
+        return ["-d", str(draft)]
+    if mode == "draft-only":
+        return ["-d", str(draft), "--no-lookup"]
+    if mode.startswith("fixed-"):
+        return ["-d", str(draft), "--no-lookup", "--draft-mode", "fixed", "--draft-max", mode.removeprefix("fixed-")]
+    raise SystemExit(f"unknown mode {mode}")
+
+
+def run_once(target: Path, args: list[str], prompt_file: Path, n: int, temp: float, ctx: int) -> dict:
+    with tempfile.TemporaryDirectory() as fresh:
+        env = {**os.environ, "XDG_CACHE_HOME": fresh}
+        cmd = [sys.executable, "-m", "localspec", "run", "-m", str(target), *args, "-f", str(prompt_file), "--ctx", str(ctx),
+               "-n", str(n), "--temp", str(temp), "--json"]
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
+        wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:10])} ... failed: {res.stderr[-500:]}")
+    out = json.loads(res.stdout)
+    return {"wall_s": wall, "tokens": out["tokens"], **out["stats"]}
+
+
+def spin() -> None:
+    while True:
+        pass
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("target", type=Path)
+    ap.add_argument("--draft", type=Path, required=True)
+    ap.add_argument("--prompts", type=Path, required=True)
+    ap.add_argument("--sizes", default="2000,4000,7000")
+    ap.add_argument("--per-size", type=int, default=2, help="prompts per size (different documents)")
+    ap.add_argument("-n", default="128,512")
+    ap.add_argument("--temps", default="0,0.8")
+    ap.add_argument("--modes", default="baseline,default")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--busy", action="store_true", help="keep one core busy with another process throughout")
+    ap.add_argument("--json", type=Path)
+    a = ap.parse_args()
+    texts = documents(a.prompts)
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if modes[0] != "baseline":
+        modes.insert(0, "baseline")
+    busy = multiprocessing.Process(target=spin, daemon=True) if a.busy else None
+    if busy:
+        busy.start()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (int(s) for s in a.sizes.split(",")):
+            for p in range(a.per_size):
+                prompt_file = Path(tmp) / f"p{size}-{p}.txt"
+                prompt_file.write_text(long_prompt(texts, size, 7 * p + size // 1000), encoding="utf-8")
+                for n in (int(x) for x in a.n.split(",")):
+                    for temp in (float(t) for t in a.temps.split(",")):
+                        for r in range(a.repeat):
+                            for mode in modes:
+                                got = run_once(a.target, mode_args(mode, a.draft), prompt_file, n, temp, a.ctx)
+                                row = {"size": size, "prompt": p, "n": n, "temp": temp, "repeat": r, "mode": mode, **got}
+                                rows.append(row)
+                                print(f"{size} p{p} n={n} t={temp} {mode}: {got['n_prompt']} prompt tokens, {got['wall_s']:.1f}s, "
+                                      f"first token {got['first_token_s']:.1f}s, {got['tokens_per_second']:.2f} tok/s, "
+                                      f"drafted {got['n_drafted']} accepted {got['n_accepted']} {got['notes'][-1:] or ''}", flush=True)
+    if busy:
+        busy.terminate()
+    report(rows)
+    if a.json:
+        a.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "tokens"} for r in rows], indent=1))
+
+
+def report(rows: list[dict]) -> None:
+    base = {(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"]): r for r in rows if r["mode"] == "baseline"}
+    cells: dict[tuple, list[tuple[float, float, float, bool, bool]]] = defaultdict(list)
+    for r in rows:
+        b = base[(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"])]
+        same = r["tokens"] == b["tokens"] if r["temp"] == 0 else True
+        waited = any("waited" in note for note in r["notes"])
+        cells[(r["size"], r["n"], r["temp"], r["mode"])].append(
+            (b["wall_s"] / r["wall_s"], r["first_token_s"] / b["first_token_s"], r["tokens_per_second"] / b["tokens_per_second"], waited, same)
+        )
+    print("\nsize   -n    temp  mode          end to end  first token  generation  draft waited  greedy same")
+    for (size, n, temp, mode), v in sorted(cells.items()):
+        med = [statistics.median(x[i] for x in v) for i in range(3)]
+        print(f"{size:<6} {n:<5} {temp:<5} {mode:<13} {med[0]:>9.2f}x {med[1]:>11.2f}x {med[2]:>10.2f}x "
+              f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""What a drafter asks each step: how far it may draft, and whether each further token pays. A fixed
+budget answers from --draft-max alone; an auto budget asks the controller (engine/controller.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from localspec.drafters.base import CatchUp, DraftKey
+from localspec.engine.estimates import SourceEstimates
+
+
+class Judge(Protocol):
+    """What an auto budget asks (engine/controller.py's AutoController)."""
+
+    def limit(self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None) -> tuple[int, int]: ...
+
+    def estimates(self, name: str) -> SourceEstimates: ...
+
+    def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool: ...
+
+    def rate(self) -> float: ...
+
+
+@dataclass
+class FixedBudget:
+    cap: int
+    floor: int = 0
+    asked: DraftKey | None = None  # a fixed length is nobody's verdict to record
+    calibrates: bool = False
+
+    def limit(self, key: DraftKey, calibrated: bool = False, catch_up: CatchUp | None = None) -> int:
+        return self.cap
+
+    def acceptance(self, key: DraftKey, confidence: float) -> float:
+        return confidence
+
+    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
+        return n <= self.cap
+
+    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
+        return n < self.cap
+
+
+@dataclass
+class AutoBudget:
+    controller: Judge
+    cap: int
+    floor: int = 0  # --draft-min; raised for a step on trial or probing
+    asked: DraftKey | None = None  # the drafter let draft this step, last asked
+    calibrates: bool = True
+    _rate_now: float | None = None
+
+    def _rate(self) -> float:
+        if self._rate_now is None:
+            self._rate_now = self.controller.rate()
+        return self._rate_now
+
+    def limit(self, key: DraftKey, calibrated: bool = False, catch_up: CatchUp | None = None) -> int:
+        k, floor = self.controller.limit(key, self.cap, calibrated, catch_up)
+        if k:
+            self.asked = key
+            self.floor = max(self.floor, floor)
+            return max(k, self.floor)
+        return 0
+
+    def acceptance(self, key: DraftKey, confidence: float) -> float:
+        return self.controller.estimates(key.estimates).calibrated(confidence)
+
+    def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
+        if n <= self.floor:
+            return True
+        return n <= self.cap and self.controller.pays(key, path_p, n, n, self.cap, self._rate())
+
+    def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
+        if n >= self.cap:
+            return False
+        if n < self.floor:
+            return True
+        p_next = path_p * self.controller.estimates(key.estimates).alphas(n + 1)[n]
+        return self.controller.pays(key, p_next, n + 1, n, self.cap, self._rate())
