@@ -39,14 +39,15 @@ def documents(path: Path) -> list[str]:
 
 
 def long_prompt(texts: list[str], tokens: int, start: int) -> str:
-    """Documents from texts[start:] joined until about `tokens` tokens, then the question."""
+    """Documents from texts[start:] joined and cut at a word to about `tokens` tokens, then the question."""
     parts, chars, i = [], 0, start
     while chars < tokens * CHARS_PER_TOKEN:
         text = texts[i % len(texts)]
         parts.append(f"Document {len(parts) + 1}:\n{text}")
-        chars += len(text)
+        chars += len(parts[-1]) + 2
         i += 1
-    return "\n\n".join(parts) + ASK
+    joined = "\n\n".join(parts)[: int(tokens * CHARS_PER_TOKEN)]
+    return joined[: joined.rfind(" ")] + ASK
 
 
 def mode_args(mode: str, draft: Path) -> list[str]:

@@ -81,6 +81,10 @@ class Budget(Protocol):
     def acceptance(self, key: DraftKey, confidence: float) -> float:
         """How likely a token drafted with this confidence is accepted, once all before it were."""
 
+    def prefers(self, found: Draft, other: DraftKey) -> bool:
+        """Whether a found draft (prompt lookup's: a function of the context, so dropping it is
+        exact) promises more than what `other` would draft in its place."""
+
     def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         """Whether the n-th drafted token (1-based), accepted with probability path_p together with
         all tokens before it, is worth verifying."""

@@ -1,6 +1,7 @@
 """Drafters in turn, the first that drafts anything drafting the step: llama.cpp's chain (prompt
-lookup first, the draft model whenever lookup has nothing), or a draft model with prompt lookup
-behind it (lookup whenever the draft model does not draft)."""
+lookup first, the draft model whenever lookup has nothing, or, under auto, whenever the draft
+model promises more than lookup's find), or a draft model with prompt lookup behind it (lookup
+whenever the draft model does not draft)."""
 
 from __future__ import annotations
 
@@ -27,9 +28,14 @@ class ChainDrafter:
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
     ) -> Draft:
         draft = Draft(key=self.key)
-        for d in self.drafters:
+        for i, d in enumerate(self.drafters):
             draft = d.propose(context, budget, params, rng, grammar)
-            if draft.tokens:
+            if not draft.tokens:
+                continue
+            # A lookup's find gives way where the next drafter promises more (auto's estimates: a
+            # datastore's chance match on an unrelated prompt against a good draft model).
+            later = self.drafters[i + 1 :]
+            if not later or not draft.key.lookup or draft.probs is not None or budget.prefers(draft, later[0].key):
                 break
         return draft
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from localspec.drafters.base import CatchUp, DraftKey
+from localspec.drafters.base import CatchUp, Draft, DraftKey
 from localspec.engine.estimates import SourceEstimates
 
 
@@ -18,6 +18,8 @@ class Judge(Protocol):
     def estimates(self, name: str) -> SourceEstimates: ...
 
     def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool: ...
+
+    def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool: ...
 
     def rate(self) -> float: ...
 
@@ -34,6 +36,9 @@ class FixedBudget:
 
     def acceptance(self, key: DraftKey, confidence: float) -> float:
         return confidence
+
+    def prefers(self, found: Draft, other: DraftKey) -> bool:
+        return True  # llama.cpp's chain: the first drafter that finds anything drafts
 
     def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         return n <= self.cap
@@ -66,6 +71,9 @@ class AutoBudget:
 
     def acceptance(self, key: DraftKey, confidence: float) -> float:
         return self.controller.estimates(key.estimates).calibrated(confidence)
+
+    def prefers(self, found: Draft, other: DraftKey) -> bool:
+        return self.controller.prefers(found.key, len(found.tokens), other, self.cap)
 
     def keep(self, key: DraftKey, path_p: float, n: int) -> bool:
         if n <= self.floor:

@@ -204,6 +204,16 @@ class AutoController:
             )
         return False
 
+    def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool:
+        """Whether a found draft of `length` tokens by `found` promises at least the tokens per
+        second that `other` would reach drafting in its place (nothing, where it sits out or waits
+        to read). The found draft's cost is spent either way: only its verification counts."""
+        st = self.gate(other.drafter)
+        if st.benched or other.drafter in self._waiting:
+            return True
+        mine = expected_tokens(self.estimates(found.estimates).alphas(length), length) / self.costs.verify(length + 1)
+        return mine >= max(self._rates(other, cap)[1:], default=0.0)
+
     def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
         before it) with probability path_p, later ones as the per-position estimates say (runs of
