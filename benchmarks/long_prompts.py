@@ -12,7 +12,8 @@ prompt lookup behind it), draft-only (auto, --no-lookup), fixed-K (the draft mod
 reading all its window at once, as llama.cpp's does), lookup (prompt lookup alone).
 Prints per cell (size, -n, temp, mode) the medians over prompts and repeats of: the wait against
 the target alone's (end to end: > 1 is faster), the first token's time against the target alone's,
-generation tokens/s against the target alone's, and how often the draft waited to read."""
+generation tokens/s against the target alone's, how often the draft waited to read, whether greedy
+outputs were the same, and the runs' own end-to-end estimate (`end_to_end_estimate`)."""
 
 from __future__ import annotations
 
@@ -130,19 +131,22 @@ def main() -> None:
 
 def report(rows: list[dict]) -> None:
     base = {(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"]): r for r in rows if r["mode"] == "baseline"}
-    cells: dict[tuple, list[tuple[float, float, float, bool, bool]]] = defaultdict(list)
+    cells: dict[tuple, list[tuple[float, float, float, bool, bool, float]]] = defaultdict(list)
     for r in rows:
         b = base[(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"])]
         same = r["tokens"] == b["tokens"] if r["temp"] == 0 else True
         waited = any("waited" in note for note in r["notes"])
         cells[(r["size"], r["n"], r["temp"], r["mode"])].append(
-            (b["wall_s"] / r["wall_s"], r["first_token_s"] / b["first_token_s"], r["tokens_per_second"] / b["tokens_per_second"], waited, same)
+            (b["wall_s"] / r["wall_s"], r["first_token_s"] / b["first_token_s"], r["tokens_per_second"] / b["tokens_per_second"], waited, same,
+             r["end_to_end_estimate"])
         )
-    print("\nsize   -n    temp  mode          end to end  first token  generation  draft waited  greedy same")
+    # Outputs that part at a tie differ in length too: the stats' own estimate prices the same
+    # tokens against the target alone's measured costs.
+    print("\nsize   -n    temp  mode          end to end  first token  generation  draft waited  greedy same  estimate")
     for (size, n, temp, mode), v in sorted(cells.items()):
-        med = [statistics.median(x[i] for x in v) for i in range(3)]
+        med = [statistics.median(x[i] for x in v) for i in (0, 1, 2, 5)]
         print(f"{size:<6} {n:<5} {temp:<5} {mode:<13} {med[0]:>9.2f}x {med[1]:>11.2f}x {med[2]:>10.2f}x "
-              f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10}")
+              f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10} {med[3]:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from cost_tables import live_costs
 
-from localspec.drafters.base import Budget, Draft, DraftKey
+from localspec.drafters.base import Budget, CatchUp, Draft, DraftKey
 from localspec.drafters.chain import ChainDrafter
 from localspec.engine.budgets import FixedBudget
 from localspec.engine.controller import AutoController
@@ -77,3 +77,16 @@ def test_a_paused_draft_model_never_takes_a_finds_place():
 def test_at_a_fixed_length_the_first_find_drafts():
     draft, model = propose(FixedBudget(8))
     assert draft.key == FOUND and model.calls == 0
+
+
+def test_a_find_drafts_while_the_draft_model_waits_to_read():
+    ctl = AutoController(live_costs({1: 1.0}, {"suffix": 0.0}))  # no wide pass timed here yet
+    ctl.costs.observe_prompt(2000, 100.0, 100.0)
+    ctl.gate("suffix").trial = 0
+    for _ in range(40):
+        ctl.update(FOUND, 4, 2)
+        ctl.update(MODEL, 4, 4)
+    budget = ctl.plan(8, 0, 128)
+    assert budget.limit(MODEL, calibrated=True, catch_up=CatchUp(1000, 0.005)) == 0  # undecided: it waits
+    draft, model = propose(ctl.plan(8, 0, 128))
+    assert draft.key == FOUND and model.calls == 0  # the find drafts, and times a wide pass

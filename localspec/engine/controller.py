@@ -23,8 +23,10 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 - A drafter that must first read much (a draft model that has not read a long prompt yet) drafts
   only once what drafting can save over the rest of the answer (the tokens still expected, at the
-  best rate its estimates promise) is more than the reading costs; until then it waits, and the
-  target (or a drafter with nothing to read) goes on alone.
+  best rate its estimates promise) is READ_MARGIN times what the reading costs; until then it
+  waits, and the target (or a drafter with nothing to read) goes on alone.
+- Where a lookup's find and a draft model could both draft a step, the find gives way if the draft
+  model promises more tokens per second (`prefers`).
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
 the two, the first also paging in the weights), so the first token comes as fast as without
@@ -65,6 +67,11 @@ READ_PRIOR_ALPHA = 0.7
 # What reading costs is measured; what it saves rests on estimates (the CPU's wide passes at a
 # context length not drafted at yet, acceptance not seen yet): it must promise this much more.
 READ_MARGIN = 1.5
+# Wide passes are what drafting costs, and a CPU's grow with the context (on the testbed a 5-token
+# pass cost 4.1x a one-token one after 4k tokens, against 2x at the start): where none has been timed
+# at this context length yet, the decision waits this many steps for one (prompt lookup times them
+# while the draft waits), then rests on the shape measured nearest.
+READ_UNDECIDED_STEPS = 12
 # Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
 # only partly capture: among lengths within this fraction of the best rate, the longest wins.
 FLAT_TOLERANCE = 0.03
@@ -95,7 +102,9 @@ class AutoController:
     _seconds: float = 0.0
     _since_plain: int = 0
     remaining: float = 0.0  # tokens the answer is still expected to run (plan() sets it each step)
+    _steps: int = 0  # steps planned in this generation
     _waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
+    _undecided: set[str] = field(default_factory=set)  # drafters whose reading waits for a wide pass timed
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
@@ -135,12 +144,14 @@ class AutoController:
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
         self._waiting.clear()
+        self._undecided.clear()
+        self._steps = 0
 
     def plan(self, cap: int, floor: int = 0, remaining: float = 0.0) -> AutoBudget:
         """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
         (`asked`), for `record_step` to credit the step to. `remaining`: the tokens the answer is
         still expected to run, which reading a long context must pay back over."""
-        self.remaining = remaining
+        self.remaining, self._steps = remaining, self._steps + 1
         return AutoBudget(self, cap, min(floor, cap))
 
     def limit(self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None) -> tuple[int, int]:
@@ -184,11 +195,16 @@ class AutoController:
         """Whether what `key` can save over the tokens still expected is READ_MARGIN times what
         reading `catch_up` costs first (a reading no dearer than a target pass is left to the
         gate). Saved per token: a one-token pass's cost less the best cost per token its drafts
-        promise (READ_PRIOR_ALPHA before it has drafted at all)."""
+        promise (READ_PRIOR_ALPHA before it has drafted at all), once a wide pass has been timed at
+        this context length (or READ_UNDECIDED_STEPS steps went by without one)."""
         costs = self.costs
         reading = costs.read(catch_up)
         if reading <= costs.verify(1):
             return True
+        if not costs.wide_timed and self._steps <= READ_UNDECIDED_STEPS:
+            self._undecided.add(key.drafter)
+            return False
+        self._undecided.discard(key.drafter)
         est = self.estimates(key.estimates)
         alphas = est.alphas(cap) if est.reached else [READ_PRIOR_ALPHA] * cap
         per_token = min((costs.draft(key.drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k) for k in range(1, cap + 1))
@@ -199,17 +215,18 @@ class AutoController:
         if key.drafter not in self._waiting:
             self._waiting.add(key.drafter)
             self.notes.append(
-                f"{key.drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would cost more than drafting saves "
-                f"over the ~{self.remaining:.0f} tokens expected (~{max(saved, 0.0):.1f}s)"
+                f"{key.drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would not pay "
+                f"{READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s over the ~{self.remaining:.0f} tokens expected"
             )
         return False
 
     def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool:
         """Whether a found draft of `length` tokens by `found` promises at least the tokens per
         second that `other` would reach drafting in its place (nothing, where it sits out or waits
-        to read). The found draft's cost is spent either way: only its verification counts."""
+        to read, decided or not). The found draft's cost is spent either way: only its
+        verification counts."""
         st = self.gate(other.drafter)
-        if st.benched or other.drafter in self._waiting:
+        if st.benched or other.drafter in self._waiting or other.drafter in self._undecided:
             return True
         mine = expected_tokens(self.estimates(found.estimates).alphas(length), length) / self.costs.verify(length + 1)
         return mine >= max(self._rates(other, cap)[1:], default=0.0)

@@ -9,43 +9,27 @@ moves slowly): a busy core slows every pass alike, and the shape learned before 
 are kept per span of context length (each span twice as long as the one before): attention over a
 long context makes every pass dearer and, on a CPU, wide passes dearer still (on the testbed a
 3-token pass costs 1.3x a 1-token one at the start of a text and 1.9x after 3k tokens), so figures
-learned on short texts must not decide for long ones. A drafter's call is modelled as its first
-draft-model pass (with the call's own overhead) plus a part per further pass."""
+learned on short texts must not decide for long ones (engine/pass_shape.py holds one span's). A
+drafter's call is modelled as its first draft-model pass (with the call's own overhead) plus a part
+per further pass."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import CatchUp
+from localspec.engine.pass_shape import Passes, clip
 
-LEVEL_RATE = 0.3  # how fast the level follows a new observation
-SHAPE_RATE = 0.15  # how fast a batch size's relative cost does
-LOAD_SHIFT = 0.25  # a pass this much off its estimate moves the level, its width's shape barely
 DRAFT_DECAY = 0.9  # per observed draft call
-# One observation moves an estimate at most this factor: a pass the OS preempted is not the new normal.
-OUTLIER = 2.0
-# Before a batch wider than one token has been seen, it is believed to cost this much more per
-# extra token (a CPU's figure; a GPU's first wide pass corrects it at once).
-PRIOR_SLOPE = 0.25
 # Before a drafter has been timed, a draft-model pass is believed to cost this share of a target token.
 PRIOR_DRAFT_SHARE = 0.1
 SPAN_TOKENS = 512  # the first span of context length; each later one is twice as long
-# Each width's figure is shrunk towards the line through all widths' by this many pseudo-passes: a
-# width timed once at a bad moment would otherwise price every draft through it too high, and
-# drafts that never grow past it would never time wider passes to correct it.
-SHAPE_PRIOR = 2.0
 # A prompt pass shorter than this is timed too coarsely to price a drafter's reading by.
 MIN_PROMPT_TOKENS = 64
 
 
 def span(context: int) -> int:
     return (max(context, 0) // SPAN_TOKENS).bit_length()
-
-
-def _clip(x: float, ref: float) -> float:
-    return min(max(x, ref / OUTLIER), ref * OUTLIER)
 
 
 @dataclass
@@ -71,7 +55,7 @@ class _DraftFit:
             return
         head = min(first, seconds) if first is not None and passes > 1 else seconds
         ref = self.call_s / self.calls if self.calls > 0 else head
-        self.calls, self.call_s = self.calls * DRAFT_DECAY + 1, self.call_s * DRAFT_DECAY + _clip(head, max(ref, 1e-7))
+        self.calls, self.call_s = self.calls * DRAFT_DECAY + 1, self.call_s * DRAFT_DECAY + clip(head, max(ref, 1e-7))
         if passes > 1:
             self._later(passes - 1, seconds - head)
 
@@ -79,7 +63,7 @@ class _DraftFit:
         each = seconds / passes
         ref = self.pass_s / self.passes if self.passes > 0 else each
         self.passes = self.passes * DRAFT_DECAY + passes
-        self.pass_s = self.pass_s * DRAFT_DECAY + passes * _clip(each, max(ref, 1e-7))
+        self.pass_s = self.pass_s * DRAFT_DECAY + passes * clip(each, max(ref, 1e-7))
 
     def coefficients(self) -> tuple[float, float]:
         """(seconds of a call with one pass, seconds of each further pass)."""
@@ -97,104 +81,8 @@ class _DraftFit:
 
 
 @dataclass
-class _Passes:
-    """Target passes at one span of context length: a level and a shape."""
-
-    level: float | None = None  # seconds of a one-token target pass, now
-    shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
-    seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
-    prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
-    _fit: tuple[float, dict[int, float], list[int]] | None = field(default=None, init=False, repr=False)  # _smoothed(), until the next pass
-
-    def observe(self, batch: int, seconds: float) -> None:
-        self._learn(batch, seconds)
-        self._fit = None
-
-    def _learn(self, batch: int, seconds: float) -> None:
-        relative = self.relative(batch)
-        n = self.seen.get(batch, 0)
-        self.seen[batch] = n + 1
-        # A width's first two passes set its figure, the faster of them: a process's first passes
-        # also page in the weights (and on a GPU, build its kernels).
-        if self.level is None:
-            self.level = seconds / relative
-            if batch > 1:
-                self.shape[batch] = relative
-        elif batch == 1 and n < 2:
-            # One-token passes anchor the shape the wider ones were measured in.
-            anchor = seconds if n == 0 else min(seconds, self.level)
-            for b in self.shape:
-                self.shape[b] *= self.level / anchor
-            self.level, self.shape[1] = anchor, 1.0
-        elif batch > 1 and n < 2:
-            observed = seconds / self.level
-            self.shape[batch] = observed if n == 0 or batch not in self.shape else min(observed, self.shape[batch])
-        else:
-            surprise = seconds / (self.level * relative)
-            self.level += LEVEL_RATE * (_clip(seconds / relative, self.level) - self.level)
-            # A pass far off its estimate is mostly the machine's load changing, which moves every
-            # width alike: were the shape to take its share of it, it would keep that share for
-            # good (level times shape is all a wide pass tells; only one-token passes, rare while
-            # drafting, part them again), and every estimate priced through it would stay off.
-            # It still takes a little, so that a width's figure set wrong at first comes right.
-            if batch > 1:
-                rate = SHAPE_RATE if abs(surprise - 1.0) <= LOAD_SHIFT else SHAPE_RATE / 5
-                own = self.shape.get(batch, relative)
-                self.shape[batch] = own + rate * (_clip(seconds / self.level, own) - own)
-
-    def _smoothed(self) -> tuple[float, dict[int, float], list[int]]:
-        """The slope wider passes grow by, each width's figure shrunk towards the shape's lines,
-        and the widths in order (kept: the token rule asks for many widths per draft token)."""
-        if self._fit is None:
-            own = len(self.shape) > 1 or not self.prior
-            shape, counts = (self.shape, self.seen) if own else (self.prior, {})
-            weight = {b: max(counts.get(b, 1), 1) for b in shape}
-            settled = [b for b in shape if b > 1 and (counts.get(b, 0) >= 2 or not own)]
-            line, tail = _lines(shape, weight, settled)
-            smoothed = {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
-            self._fit = tail, smoothed, sorted(smoothed)
-        return self._fit
-
-    def relative(self, batch: int) -> float:
-        tail, smoothed, sizes = self._smoothed()
-        if len(smoothed) == 1:
-            return 1.0 + tail * (batch - 1)
-        if batch in smoothed:
-            return smoothed[batch]
-        if batch > sizes[-1]:
-            return smoothed[sizes[-1]] + tail * (batch - sizes[-1])
-        i = bisect_left(sizes, batch)
-        lo, hi = sizes[i - 1], sizes[i]
-        w = (batch - lo) / (hi - lo)
-        return smoothed[lo] * (1 - w) + smoothed[hi] * w
-
-
-def _lines(shape: dict[int, float], weight: dict[int, int], wide: list[int]) -> tuple[Callable[[int], float], float]:
-    """The shape's prior for each width and the slope beyond the widest, from two weighted fits:
-    the line through (1, 1), and the line through the `wide` widths alone (those timed at least
-    twice, as a width's own figure is: one slow pass at a width never timed before is noise as
-    often as it is the shape). A CPU's passes grow faster once they are wide (on the testbed 1, 3,
-    5 and 9 tokens cost 1, 1.36, 2.04 and 3.19x): the line through (1, 1), fitted mostly on
-    3-token passes, priced a 9-token one at 2.4x, so drafts grew past what paid until wide passes
-    had been timed again and again. A GPU's passes stay flat, and both lines with them. The wide
-    line's slope is held to twice the other's, so two near widths timed at noisy moments cannot
-    price every longer draft out."""
-    den = sum(weight[b] * (b - 1) ** 2 for b in shape)
-    slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
-    steep, start = slope, 1.0
-    if len(wide) >= 2:
-        total = sum(weight[b] for b in wide)
-        mean_b = sum(weight[b] * b for b in wide) / total
-        mean_r = sum(weight[b] * shape[b] for b in wide) / total
-        spread = sum(weight[b] * (b - mean_b) ** 2 for b in wide)
-        steep = min(max(sum(weight[b] * (b - mean_b) * (shape[b] - mean_r) for b in wide) / spread, slope), 2 * slope)
-        start = mean_r - steep * (mean_b - 1)
-    return (lambda b: max(1.0 + slope * (b - 1), start + steep * (b - 1))), steep
-
-
-@dataclass
 class LiveCosts:
-    spans: dict[int, _Passes] = field(default_factory=dict)  # span of context length -> its passes
+    spans: dict[int, Passes] = field(default_factory=dict)  # span of context length -> its passes
     drafts: dict[str, _DraftFit] = field(default_factory=dict)
     context: int = 0  # tokens before the pass to come
     # The target's latest long prompt pass: seconds per token as charged, and charged over measured
@@ -208,7 +96,7 @@ class LiveCosts:
         self.context = context
 
     @property
-    def _passes(self) -> _Passes:
+    def _passes(self) -> Passes:
         here = span(self.context)
         if here not in self.spans:
             # A span not seen yet starts from the nearest one's figures (a better guess than none)
@@ -216,7 +104,7 @@ class LiveCosts:
             # measured here, only widths measured here count (another span's shape is off for all).
             near = self.spans.get(min(self.spans, key=lambda s: abs(s - here), default=-1))
             prior = (near.shape if len(near.shape) > 1 else near.prior) if near else {}
-            self.spans[here] = _Passes(near.level if near else None, prior=dict(prior))
+            self.spans[here] = Passes(near.level if near else None, prior=dict(prior))
         return self.spans[here]
 
     @property
@@ -249,6 +137,11 @@ class LiveCosts:
         """Whether the target alone has been timed at this context length (twice: the faster of its
         first two passes)."""
         return self.seen.get(1, 0) >= 2
+
+    @property
+    def wide_timed(self) -> bool:
+        """Whether a pass wider than one token has been timed at this context length."""
+        return any(b > 1 for b in self.seen)
 
     @property
     def span(self) -> int:
