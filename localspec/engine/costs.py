@@ -173,7 +173,7 @@ class LiveCosts:
         if fit is None or fit.w <= 0:
             share = PRIOR_DRAFT_SHARE
             if reading is not None and self.prompt_token_s > 0:
-                share = self.read(reading) / reading.tokens / self.prompt_token_s
+                share = reading.token_s * self.prompt_scale / self.prompt_token_s
             return share * self.verify(1) * passes
         return fit.predict(passes)
 
