@@ -9,6 +9,7 @@ from cli_helpers import in_process
 from conftest import TinyModels
 
 import localspec.bench.runs
+from localspec.bench.ties import Divergence, tie_tolerance
 
 SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_tokens_per_step", "n_prompts",
                 "drafted_steps", "mean_draft_length", "costs_ms", "first_token_s", "end_to_end"}
@@ -33,7 +34,7 @@ def bench(*args: str):
 
 
 def test_modes_and_json_schema(tiny: TinyModels, prompts):
-    modes = "draft,auto,ngram,chain"
+    modes = "draft,auto,default,ngram,ngram-fixed,chain"
     res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -41,7 +42,7 @@ def test_modes_and_json_schema(tiny: TinyModels, prompts):
     assert out["cost_profile"] is None and out["model_files"]["draft"] == str(tiny.close) and out["settings"]["max_tokens"] == 12
     assert out["mismatches"] == []
     assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}
-    assert len(out["samples"]) == 3 * 5 * 2  # prompts x modes (baseline added) x repeats
+    assert len(out["samples"]) == 3 * 7 * 2  # prompts x modes (baseline added) x repeats
     for sample in out["samples"]:
         assert set(sample) == SAMPLE_KEYS and sample["n_generated"] == 12
         assert 0 < sample["first_token_s"] < sample["waited_s"]
@@ -80,6 +81,15 @@ def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prom
     assert res.exit_code == 1
     mismatches = json.loads(res.stdout)["mismatches"]
     assert {m["prompt_id"] for m in mismatches} == {"a1", "a2", "b1"} and all(m["index"] == 3 for m in mismatches)
+
+
+def test_the_tie_tolerance_grows_with_the_context_as_rounding_does():
+    # Up to 1k tokens llama.cpp's batched and one-token logits differ by ~1e-2; at 4.4k the target
+    # alone changed its token under another thread count where its two best were 0.10 apart.
+    assert tie_tolerance(10) == tie_tolerance(1024) == 0.05
+    assert 0.095 < tie_tolerance(4400) < 0.11 and tie_tolerance(4400, 1 / 0.8) > tie_tolerance(4400)
+    assert Divergence(7, 1, 2, 0.08, tie_tolerance(7000)).is_tie
+    assert not Divergence(7, 1, 2, 0.08, tie_tolerance(500)).is_tie and not Divergence(7, 1, 2, 1.5, tie_tolerance(8192)).is_tie
 
 
 def test_cost_profiles_replay_recorded_and_simulated_costs(tiny: TinyModels, prompts, tmp_path):

@@ -9,14 +9,21 @@ import random
 
 import pytest
 from cli_helpers import localspec
-from conftest import TinyModels
+from conftest import TinyModels, model_options
 from cost_tables import live_costs
 
+from localspec.backend.model import Model
 from localspec.cli.views.render import summary_line
 from localspec.drafters.base import CatchUp, DraftKey
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.view import TIMED_TOKENS, WARM_TOKENS
 from localspec.engine.accounting import expected_left
 from localspec.engine.controller import READ_UNDECIDED_STEPS, AutoController
-from localspec.engine.events import GenerationStats
+from localspec.engine.clock import GpuProfile, SimulatedClock
+from localspec.engine.events import GenerationStats, drain
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling.dist import SamplingParams
 
 MODEL = DraftKey("draft-model")
 # A CPU's passes: b tokens cost 1 + 0.3 (b - 1) one-token passes (seconds); the target's prompt
@@ -137,3 +144,19 @@ def test_a_draft_that_cannot_pay_for_reading_leaves_the_answer_to_the_target(tin
     # At a fixed length the draft reads it all and drafts from the first step, as llama.cpp's does.
     fixed = json.loads(localspec(*common, "-n", "4", "-d", str(tiny.close), "--no-lookup", "--draft-mode", "fixed").stdout)
     assert fixed["tokens"] == alone["tokens"] and fixed["stats"]["n_drafted"] > 0
+
+
+def test_a_simulated_clock_prices_what_a_drafter_read_at_the_start_not_the_prompt_it_was_given(tiny: TinyModels, long_prompt: str):
+    # Prompt lookup only indexes the prompt; a lazy draft model reads ~36 of its ~1,000 tokens
+    # first. Charging either for the whole prompt put 70 ms of a simulated GPU's 0.3 s before a
+    # 7k-token prompt's first token that no pass spent.
+    gpu = GpuProfile()
+    config = GenerationConfig(max_tokens=2, sampling=SamplingParams(temperature=0.0))
+    with Model(tiny.target, model_options(n_ctx=4096)) as target, Model(tiny.close, model_options(n_ctx=4096)) as draft:
+        prompt = target.tokenize(open(long_prompt).read())
+        lookup = drain(SpeculativeEngine(target, NgramDrafter(), "ngram", SimulatedClock(gpu)).generate(prompt, config)).stats
+        assert lookup.prompt_s == lookup.target_prompt_s > 0
+        lazy = drain(SpeculativeEngine(target, DraftModelDrafter(draft), "draft-model", SimulatedClock(gpu)).generate(prompt, config)).stats
+        read = lazy.prompt_s - lazy.target_prompt_s
+        first = WARM_TOKENS + TIMED_TOKENS
+        assert read == pytest.approx(gpu.verify(first, 0, 0) / gpu.verify(1, 0, 0) * gpu.draft("draft-model", 1, 0))

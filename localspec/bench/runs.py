@@ -13,7 +13,7 @@ import numpy as np
 
 from localspec.backend.model import Model
 from localspec.bench.results import BASELINE, BenchPrompt, BenchResult, Sample
-from localspec.bench.ties import TIE_TOLERANCE, compare_greedy
+from localspec.bench.ties import compare_greedy
 from localspec.config.settings import Settings
 from localspec.drafters.base import Drafter
 from localspec.engine.clock import Clock
@@ -34,7 +34,9 @@ MODES = {
     "auto": ("draft-model", "auto", "draft model (or heads), length chosen per step by the auto controller (the default of run)"),
     "mtp": ("mtp", "auto", "the target's own MTP heads, auto controller (the default of run for a target with heads)"),
     "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
+    "ngram-fixed": ("ngram", "fixed", "prompt lookup, as long as it finds up to --draft-max (llama.cpp's lookup)"),
     "suffix": ("suffix", "auto", "suffix-tree lookup within each prompt (bench keeps no outputs across prompts), auto controller"),
+    "default": ("draft+lookup", "auto", "draft model with prompt lookup behind it, auto controller (the default of run with a draft model)"),
     "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
     "tree": ("tree", "auto", "draft tree (--draft-branches, --draft-p-split), auto controller"),
     "tree-fixed": ("tree", "fixed", "draft tree, fixed length"),
@@ -161,7 +163,7 @@ def comparable(config: GenerationConfig) -> bool:
 
 def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) -> None:
     """Fill result.ties and result.mismatches from the samples (runs that are `comparable`)."""
-    score, tolerance = None, TIE_TOLERANCE
+    score, scale = None, 1.0
     if not config.sampling.greedy:
         coupling = Coupling(config.seed or 0)
 
@@ -172,7 +174,7 @@ def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) 
                 return np.log(p) + coupling.gumbel(position, np.arange(len(p)))
 
         # Logits that differ by the tie tolerance move log p by that over the temperature.
-        score, tolerance = coupled, TIE_TOLERANCE / config.sampling.temperature
+        score, scale = coupled, 1 / config.sampling.temperature
     reference = {s.prompt.id: s.tokens for s in result.samples if s.mode == BASELINE}
     seen: set[tuple[str, str]] = set()
     for s in result.samples:
@@ -180,7 +182,7 @@ def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) 
         if s.mode == BASELINE or key in seen or s.prompt.id not in reference:
             continue
         seen.add(key)
-        div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens, score, tolerance)
+        div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens, score, scale)
         if div is None:
             continue
         entry = {"mode": s.mode, "prompt_id": s.prompt.id, "index": div.index, "expected": div.expected, "got": div.got, "margin": div.margin}

@@ -140,10 +140,11 @@ class Drafter(Protocol):
     name: str
     key: DraftKey  # what its proposals are credited to (a lookup adds its match length as kind)
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
         """A new generation starts from `context` (the whole prompt) under `settings`: index or
-        prefill it. With `coupling` (--verify coupled at temp > 0) a drafter that samples proposes
-        the coupled choice under its own distribution instead."""
+        prefill it; return how many tokens a model evaluated for it (0: a lookup only indexes),
+        what a simulated clock prices. With `coupling` (--verify coupled at temp > 0) a drafter
+        that samples proposes the coupled choice under its own distribution instead."""
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None

@@ -20,9 +20,8 @@ class ChainDrafter:
         self.drafters = list(drafters)
         self.name, self.key = name, DraftKey(name)
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
-        for d in self.drafters:
-            d.begin(context, settings, coupling)
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
+        return sum(d.begin(context, settings, coupling) for d in self.drafters)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None

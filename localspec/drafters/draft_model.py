@@ -38,9 +38,9 @@ class DraftModelDrafter:
         self.spelling = spelling or model  # whose tokenizer spells forced text and ends text (a head has none)
         self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
+        return self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
     def propose(
         self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None

@@ -23,9 +23,10 @@ class NgramDrafter:
     def __init__(self) -> None:
         self.begin((), DraftSettings())
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
         self.n_min, self.n_max = settings.lookup_min, settings.lookup_max
         self._restart(context)
+        return 0
 
     def _restart(self, context: Sequence[int]) -> None:
         self._tokens: list[int] = []

@@ -57,11 +57,12 @@ class SuffixDrafter:
         self.branches = branches  # fixed at load: the target verifies each branch in a sequence of its own
         self.begin((), DraftSettings())
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
         self.settings = settings
         self.tree = SuffixTree()
         self.tree.extend(context)
         self.prompt_len = len(context)
+        return 0
 
     def match(self, context: Sequence[int]) -> tuple[int, Trie, int, str]:
         """(m, trie, node, origin): the longest match of the context's tail, here, in earlier

@@ -51,9 +51,9 @@ class TreeDrafter:
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
 
-    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> None:
+    def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
         self.settings, self.coupling = settings, coupling
-        self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
+        return self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
     def _candidates(self, logits: np.ndarray, params: SamplingParams, position: int) -> tuple[np.ndarray, np.ndarray]:
         """The draft's top candidates at one position, best first (under --verify coupled its

@@ -75,23 +75,25 @@ class DraftView:
         n = self.model.n_vocab
         return [t for t in tokens if t < n]
 
-    def begin(self, context: Sequence[int], window: int = 0, lazy: bool = True) -> None:
+    def begin(self, context: Sequence[int], window: int = 0, lazy: bool = True) -> int:
         """A new generation: the draft evaluates the prompt, or its window of a long one (reusing
         what its cache shares); of a long read, if `lazy`, a timed part now and the rest when first
-        synced (MTP heads read the target's state as its passes leave it: they read at once)."""
+        synced (MTP heads read the target's state as its passes leave it: they read at once).
+        Returns the tokens evaluated now."""
         self.window, self.lazy = window, lazy
         self.tokens, self.seen = self._known(shown(context, window)), len(context)
         self.model.resume(self.tokens)
-        have = common_prefix(self.model.cached, self.tokens)
+        have = start = common_prefix(self.model.cached, self.tokens)
         if not lazy or len(self.tokens) - have <= EAGER_TOKENS:
             self.model.sync(self.tokens, top_only=None)
-            return
+            return max(len(self.tokens) - have, 1) if self.tokens else 0  # a cached last token is evaluated again
         if not self.model.passes:
             self.model.prefill(self.tokens[: have + WARM_TOKENS])
             have += WARM_TOKENS
         t0 = time.perf_counter()
         self.model.prefill(self.tokens[: have + TIMED_TOKENS])
         self.token_s = (time.perf_counter() - t0) / TIMED_TOKENS
+        return have + TIMED_TOKENS - start
 
     def behind(self, context: Sequence[int]) -> int:
         """Tokens the next sync to `context` evaluates."""

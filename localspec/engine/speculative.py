@@ -131,8 +131,8 @@ class SpeculativeEngine:
             self.controller.costs.observe_prompt(stats.n_prompt_evaluated, stats.target_prompt_s, own)
             if run.drafter is not None:
                 wall = time.perf_counter()
-                run.drafter.begin(run.ctx, run.config.drafting, run.coupling)
-                read = self.clock.read(stats.drafter, len(run.ctx), time.perf_counter() - wall)
+                evaluated = run.drafter.begin(run.ctx, run.config.drafting, run.coupling)
+                read = self.clock.read(stats.drafter, evaluated, time.perf_counter() - wall)
         except DecodeAborted:
             run.stop_reason = "interrupted"
         stats.prompt_s = stats.target_prompt_s + read
