@@ -38,9 +38,28 @@ PROMPT = "Write a short story about a lighthouse keeper who finds a message in a
 def ours(target: Path, n: int) -> tuple[float, int]:
     """localspec run's tokens/s and the fewest threads it ran on."""
     out = subprocess.run(
-        [sys.executable, "-m", "localspec", "run", "-m", str(target), "-d", "none", "--no-lookup", "--temp", "0",
-         "-n", str(n), "-p", PROMPT, "--json"],
-        capture_output=True, text=True, timeout=1800, check=True,
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "run",
+            "-m",
+            str(target),
+            "-d",
+            "none",
+            "--no-lookup",
+            "--temp",
+            "0",
+            "-n",
+            str(n),
+            "-p",
+            PROMPT,
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=True,
     )
     stats = json.loads(out.stdout)["stats"]
     return stats["tokens_per_second"], stats["threads_fewest"]
@@ -59,16 +78,22 @@ def separate_processes(a: argparse.Namespace) -> None:
     try:
         for r in range(a.repeat):
             tps, fewest = ours(a.target, a.n)
-            row = {"localspec": tps, "fewest_threads": fewest, f"native -t {cores}": llama_bench(a.native, a.target, a.n, cores, repeats=1),
-                   "native -t 1": llama_bench(a.native, a.target, a.n, 1, repeats=1)}
+            row = {
+                "localspec": tps,
+                "fewest_threads": fewest,
+                f"native -t {cores}": llama_bench(a.native, a.target, a.n, cores, repeats=1),
+                "native -t 1": llama_bench(a.native, a.target, a.n, 1, repeats=1),
+            }
             rows.append(row)
             print(f"busy #{r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
     finally:
         load_proc.terminate()
     best = [max(x[f"native -t {cores}"], x["native -t 1"]) for x in rows]
-    ratio = statistics.median(x["localspec"] / b for x, b in zip(rows, best))
-    print(f"\nbusy core, separate processes: localspec / better native = {ratio:.3f} (bar 0.95); medians: "
-          + ", ".join(f"{k} {statistics.median(x[k] for x in rows):.2f}" for k in rows[0]))
+    ratio = statistics.median(x["localspec"] / b for x, b in zip(rows, best, strict=False))
+    print(
+        f"\nbusy core, separate processes: localspec / better native = {ratio:.3f} (bar 0.95); medians: "
+        + ", ".join(f"{k} {statistics.median(x[k] for x in rows):.2f}" for k in rows[0])
+    )
 
 
 def load_swing(a: argparse.Namespace) -> None:
@@ -85,13 +110,20 @@ def load_swing(a: argparse.Namespace) -> None:
                 target.truncate(0)
                 s = drain(engine.generate(tokens, config)).stats
                 phases.setdefault(phase, []).append(s.tokens_per_second)
-                print(f"{phase}: {s.tokens_per_second:.2f} tok/s, threads {s.threads_fewest}-{s.threads} of {s.threads_default}", flush=True)
+                print(
+                    f"{phase}: {s.tokens_per_second:.2f} tok/s, threads {s.threads_fewest}-{s.threads} of "
+                    f"{s.threads_default}",
+                    flush=True,
+                )
         finally:
             if proc:
                 proc.terminate()
     med = {k: statistics.median(v) for k, v in phases.items()}
-    print(f"\none process: idle {med['idle']:.2f}, busy {med['busy']:.2f}, idle again {med['idle again']:.2f} tok/s; "
-          f"idle again / idle = {med['idle again'] / med['idle']:.3f} (bar 0.95-1.05)")
+    print(
+        f"\none process: idle {med['idle']:.2f}, busy {med['busy']:.2f}, idle again "
+        f"{med['idle again']:.2f} tok/s; "
+        f"idle again / idle = {med['idle again'] / med['idle']:.3f} (bar 0.95-1.05)"
+    )
     loaded.close()
 
 

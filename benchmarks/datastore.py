@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Drafting from the user's files (REST): a datastore of a folder against the target alone and
-against today's default (n-gram prompt lookup) and suffix lookup without it, on prompts that ask for the folder's code and on
-prompts unrelated to it; and a lookup's latency in a datastore of a million tokens.
+against today's default (n-gram prompt lookup) and suffix lookup without it, on prompts that ask for
+the folder's code and on prompts unrelated to it; and a lookup's latency in a datastore of a million
+tokens.
 
 Usage: python benchmarks/datastore.py TARGET.gguf [--folder localspec] [--prompts FILE.jsonl]
            [--count 8] [--unrelated 6] [--repeat 2] [-n 128] [--json OUT.json]
@@ -25,16 +26,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 import numpy as np  # noqa: E402
 
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 from localspec.backend.hardware import physical_cores  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402
 from localspec.backend.tokenizer import Tokenizer  # noqa: E402
 from localspec.bench.runs import load_prompts  # noqa: E402
 from localspec.config.settings import Settings  # noqa: E402
 from localspec.datastore import build, store  # noqa: E402
-from localspec.datastore.store import Datastore, Meta, SourceFile  # noqa: E402
+from localspec.datastore.meta import Meta, SourceFile  # noqa: E402
+from localspec.datastore.store import Datastore  # noqa: E402
 from localspec.drafters.ngram import NgramDrafter  # noqa: E402
 from localspec.drafters.suffix import SuffixDrafter  # noqa: E402
 from localspec.drafters.suffix_tree import DEPTH  # noqa: E402
@@ -53,7 +55,13 @@ def functions(folder: Path, count: int) -> list[tuple[str, str, str]]:
         text = path.read_text(encoding="utf-8")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.FunctionDef) and 10 <= node.end_lineno - node.lineno + 1 <= 40:  # type: ignore[operator]
-                found.append((str(path.relative_to(folder.parent)), node.name, ast.get_source_segment(text, node) or ""))
+                found.append(
+                    (
+                        str(path.relative_to(folder.parent)),
+                        node.name,
+                        ast.get_source_segment(text, node) or "",
+                    )
+                )
     step = max(1, len(found) // count)
     return found[::step][:count]
 
@@ -64,9 +72,20 @@ def related_prompts(folder: Path, count: int) -> list[tuple[str, str]]:
     for i, (file, name, source) in enumerate(functions(folder, count)):
         if i % 2 == 0:
             head = "\n".join(source.splitlines()[:3])
-            out.append((f"continue:{name}", f"Here is the start of `{name}` from {file}:\n```python\n{head}\n```\nContinue it to the end of the function."))
+            out.append(
+                (
+                    f"continue:{name}",
+                    f"Here is the start of `{name}` from {file}:\n```python\n{head}\n```\nContinue it to "
+                    "the end of the function.",
+                )
+            )
         else:
-            out.append((f"docstring:{name}", f"Add a docstring to `{name}` and print the whole function:\n```python\n{source}\n```"))
+            out.append(
+                (
+                    f"docstring:{name}",
+                    f"Add a docstring to `{name}` and print the whole function:\n```python\n{source}\n```",
+                )
+            )
     return out
 
 
@@ -109,7 +128,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("target", type=Path)
     ap.add_argument("--folder", type=Path, default=Path(__file__).resolve().parent.parent / "localspec")
-    ap.add_argument("--prompts", type=Path, default=Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "specbench-dev.jsonl")
+    ap.add_argument(
+        "--prompts",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "specbench-dev.jsonl",
+    )
     ap.add_argument("--count", type=int, default=8)
     ap.add_argument("--unrelated", type=int, default=6)
     ap.add_argument("--repeat", type=int, default=2)
@@ -122,21 +145,34 @@ def main() -> None:
     with Tokenizer.load(a.target) as tok:
         report = build.build(build.new_meta("code", tok, [a.folder], ["*.py"], ()), tok)
     meta = report.meta
-    print(f"datastore of {a.folder}: {meta.n_tokens:,} tokens from {len(meta.files)} files, built in {report.seconds:.2f} s, "
-          f"{store.disk_size('code') / 1e6:.1f} MB", flush=True)
+    print(
+        f"datastore of {a.folder}: {meta.n_tokens:,} tokens from {len(meta.files)} files, built in "
+        f"{report.seconds:.2f} s, "
+        f"{store.disk_size('code') / 1e6:.1f} MB",
+        flush=True,
+    )
     code = Datastore(meta, store.open_index(meta))
     tokens = np.asarray(code.index().tokens)
     latency = lookup_latency(tokens[tokens >= 0], 1_000_000, rng)
-    print(f"1M-token datastore: built in {latency['build_s']:.2f} s, {latency['bytes'] / 1e6:.1f} MB, opened in {latency['open_s'] * 1e3:.1f} ms; "
-          f"lookup median {latency['hit_median_ms']:.3f} ms (p99 {latency['hit_p99_ms']:.3f}) on a hit, "
-          f"{latency['miss_median_ms']:.3f} ms (p99 {latency['miss_p99_ms']:.3f}) on a miss", flush=True)
+    print(
+        f"1M-token datastore: built in {latency['build_s']:.2f} s, {latency['bytes'] / 1e6:.1f} MB, opened "
+        f"in {latency['open_s'] * 1e3:.1f} ms; "
+        f"lookup median {latency['hit_median_ms']:.3f} ms (p99 {latency['hit_p99_ms']:.3f}) on a hit, "
+        f"{latency['miss_median_ms']:.3f} ms (p99 {latency['miss_p99_ms']:.3f}) on a miss",
+        flush=True,
+    )
 
     threads = physical_cores()
     target = Model(a.target, ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads))
     config = generation_config(Settings().merged({"temp": 0.0, "max_tokens": a.n}))
     prompts = [("related", pid, text) for pid, text in related_prompts(a.folder, a.count)]
     prompts += [("unrelated", p.id, p.text) for p in load_prompts(a.prompts, [], 1)[: a.unrelated]]
-    drafters = {"alone": lambda: None, "default": NgramDrafter, "suffix": lambda: SuffixDrafter(None, 1), "datastore": lambda: SuffixDrafter(None, 1, [code])}
+    drafters = {
+        "alone": lambda: None,
+        "default": NgramDrafter,
+        "suffix": lambda: SuffixDrafter(None, 1),
+        "datastore": lambda: SuffixDrafter(None, 1, [code]),
+    }
     rows = []
     for r in range(a.repeat):
         for i, (group, pid, text) in enumerate(prompts):
@@ -145,35 +181,65 @@ def main() -> None:
             for mode in order:
                 drafter = drafters[mode]()
                 target.truncate(0)
-                done = drain(SpeculativeEngine(target, drafter, drafter.name if drafter else "none").generate(tokens, config))
+                done = drain(
+                    SpeculativeEngine(target, drafter, drafter.name if drafter else "none").generate(
+                        tokens, config
+                    )
+                )
                 s = done.stats
                 from_store = s.origins.get("datastore")
-                rows.append({"group": group, "prompt": pid, "repeat": r, "mode": mode, "tokens_per_second": s.tokens_per_second,
-                             "generated": s.n_generated, "accepted": s.n_accepted, "from_datastore": from_store.accepted if from_store else 0,
-                             "tokens": done.tokens})
-                print(f"{group} {pid} #{r + 1} {mode}: {s.tokens_per_second:.2f} tok/s, {s.n_accepted}/{s.n_generated} drafted"
-                      + (f", {from_store.accepted} from the datastore" if from_store else ""), flush=True)
+                rows.append(
+                    {
+                        "group": group,
+                        "prompt": pid,
+                        "repeat": r,
+                        "mode": mode,
+                        "tokens_per_second": s.tokens_per_second,
+                        "generated": s.n_generated,
+                        "accepted": s.n_accepted,
+                        "from_datastore": from_store.accepted if from_store else 0,
+                        "tokens": done.tokens,
+                    }
+                )
+                print(
+                    f"{group} {pid} #{r + 1} {mode}: {s.tokens_per_second:.2f} tok/s, "
+                    f"{s.n_accepted}/{s.n_generated} drafted"
+                    + (f", {from_store.accepted} from the datastore" if from_store else ""),
+                    flush=True,
+                )
     target.close()
     summarise(rows)
     if a.json:
-        a.json.write_text(json.dumps({"latency": latency, "datastore_tokens": meta.n_tokens, "rows": rows}, indent=1))
+        a.json.write_text(
+            json.dumps({"latency": latency, "datastore_tokens": meta.n_tokens, "rows": rows}, indent=1)
+        )
 
 
 def summarise(rows: list[dict]) -> None:
     key = lambda r: (r["group"], r["prompt"], r["repeat"])  # noqa: E731
     by = {(key(r), r["mode"]): r for r in rows}
-    print("\n| prompts | mode | tok/s (median) | over the target alone | over the default | share of tokens from the datastore | same tokens as the target alone |")
+    print(
+        "\n| prompts | mode | tok/s (median) | over the target alone | over the default | share of tokens "
+        "from the datastore | same tokens as the target alone |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for group in ("related", "unrelated"):
         keys = sorted({key(r) for r in rows if r["group"] == group})
         for mode in MODES:
             mine = [by[(k, mode)] for k in keys]
-            over_alone = statistics.median(by[(k, mode)]["tokens_per_second"] / by[(k, "alone")]["tokens_per_second"] for k in keys)
-            over_default = statistics.median(by[(k, mode)]["tokens_per_second"] / by[(k, "default")]["tokens_per_second"] for k in keys)
+            over_alone = statistics.median(
+                by[(k, mode)]["tokens_per_second"] / by[(k, "alone")]["tokens_per_second"] for k in keys
+            )
+            over_default = statistics.median(
+                by[(k, mode)]["tokens_per_second"] / by[(k, "default")]["tokens_per_second"] for k in keys
+            )
             share = sum(r["from_datastore"] for r in mine) / max(1, sum(r["generated"] for r in mine))
             same = sum(by[(k, mode)]["tokens"] == by[(k, "alone")]["tokens"] for k in keys)
             tps = statistics.median(r["tokens_per_second"] for r in mine)
-            print(f"| {group} | {mode} | {tps:.2f} | {over_alone:.2f}x | {over_default:.2f}x | {share:.1%} | {same}/{len(keys)} |")
+            print(
+                f"| {group} | {mode} | {tps:.2f} | {over_alone:.2f}x | {over_default:.2f}x | {share:.1%} | "
+                f"{same}/{len(keys)} |"
+            )
 
 
 if __name__ == "__main__":

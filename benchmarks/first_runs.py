@@ -46,11 +46,27 @@ def mode_args(mode: str, draft: Path | None, demo: bool, repeat: int) -> list[st
     raise SystemExit(f"unknown mode {mode}")
 
 
-def run_once(target: Path | None, args: list[str], prompt: str, n: int, temp: float, cache_dir: Path | None = None) -> dict:
+def run_once(
+    target: Path | None, args: list[str], prompt: str, n: int, temp: float, cache_dir: Path | None = None
+) -> dict:
     with tempfile.TemporaryDirectory() as fresh:
         env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir or fresh)}
         model = ["-m", str(target)] if target else []
-        cmd = [sys.executable, "-m", "localspec", "run", *model, *args, "-n", str(n), "--temp", str(temp), "--json", "-p", prompt]
+        cmd = [
+            sys.executable,
+            "-m",
+            "localspec",
+            "run",
+            *model,
+            *args,
+            "-n",
+            str(n),
+            "--temp",
+            str(temp),
+            "--json",
+            "-p",
+            prompt,
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
     if res.returncode != 0:
         raise SystemExit(f"{' '.join(cmd[:8])} ... failed: {res.stderr[-500:]}")
@@ -72,8 +88,14 @@ def main() -> None:
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--modes", default="baseline,auto,fixed-4,fixed-8,fixed-16")
     ap.add_argument("--busy", action="store_true", help="keep one core busy with another process throughout")
-    ap.add_argument("--threads", type=int, help="-t and -td for every run (default: run's, the physical cores)")
-    ap.add_argument("--cache-dir", type=Path, help="one cache directory for every run, kept (default: an empty one per run)")
+    ap.add_argument(
+        "--threads", type=int, help="-t and -td for every run (default: run's, the physical cores)"
+    )
+    ap.add_argument(
+        "--cache-dir",
+        type=Path,
+        help="one cache directory for every run, kept (default: an empty one per run)",
+    )
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--json", type=Path)
@@ -92,11 +114,25 @@ def main() -> None:
                     threads = ["-t", str(a.threads), "-td", str(a.threads)] if a.threads else []
                     args = mode_args(mode, a.draft, a.target is None, r) + threads
                     s = run_once(a.target, args, prompt.text, a.n, a.temp, a.cache_dir)
-                    rows.append({"category": prompt.category, "prompt_id": prompt.id, "repeat": r, "mode": mode,
-                                 "tokens_per_second": s["tokens_per_second"], "first_token_s": s["first_token_s"],
-                                 "n_drafted": s["n_drafted"], "n_accepted": s["n_accepted"], "notes": s["notes"]})
-                    print(f"{prompt.category} {prompt.id} #{r + 1} {mode}: {s['tokens_per_second']:.1f} tok/s, "
-                          f"first token {s['first_token_s']:.2f} s, {s['n_accepted']}/{s['n_drafted']} accepted", flush=True)
+                    rows.append(
+                        {
+                            "category": prompt.category,
+                            "prompt_id": prompt.id,
+                            "repeat": r,
+                            "mode": mode,
+                            "tokens_per_second": s["tokens_per_second"],
+                            "first_token_s": s["first_token_s"],
+                            "n_drafted": s["n_drafted"],
+                            "n_accepted": s["n_accepted"],
+                            "notes": s["notes"],
+                        }
+                    )
+                    print(
+                        f"{prompt.category} {prompt.id} #{r + 1} {mode}: {s['tokens_per_second']:.1f} tok/s, "
+                        f"first token {s['first_token_s']:.2f} s, {s['n_accepted']}/{s['n_drafted']} "
+                        "accepted",
+                        flush=True,
+                    )
     finally:
         if busy:
             busy.terminate()

@@ -61,15 +61,39 @@ def mode_args(mode: str, draft: Path) -> list[str]:
     if mode == "draft-only":
         return ["-d", str(draft), "--no-lookup"]
     if mode.startswith("fixed-"):
-        return ["-d", str(draft), "--no-lookup", "--draft-mode", "fixed", "--draft-max", mode.removeprefix("fixed-")]
+        return [
+            "-d",
+            str(draft),
+            "--no-lookup",
+            "--draft-mode",
+            "fixed",
+            "--draft-max",
+            mode.removeprefix("fixed-"),
+        ]
     raise SystemExit(f"unknown mode {mode}")
 
 
 def run_once(target: Path, args: list[str], prompt_file: Path, n: int, temp: float, ctx: int) -> dict:
     with tempfile.TemporaryDirectory() as fresh:
         env = {**os.environ, "XDG_CACHE_HOME": fresh}
-        cmd = [sys.executable, "-m", "localspec", "run", "-m", str(target), *args, "-f", str(prompt_file), "--ctx", str(ctx),
-               "-n", str(n), "--temp", str(temp), "--json"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "localspec",
+            "run",
+            "-m",
+            str(target),
+            *args,
+            "-f",
+            str(prompt_file),
+            "--ctx",
+            str(ctx),
+            "-n",
+            str(n),
+            "--temp",
+            str(temp),
+            "--json",
+        ]
         t0 = time.perf_counter()
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
         wall = time.perf_counter() - t0
@@ -116,12 +140,28 @@ def main() -> None:
                     for temp in (float(t) for t in a.temps.split(",")):
                         for r in range(a.repeat):
                             for mode in modes:
-                                got = run_once(a.target, mode_args(mode, a.draft), prompt_file, n, temp, a.ctx)
-                                row = {"size": size, "prompt": p, "n": n, "temp": temp, "repeat": r, "mode": mode, **got}
+                                got = run_once(
+                                    a.target, mode_args(mode, a.draft), prompt_file, n, temp, a.ctx
+                                )
+                                row = {
+                                    "size": size,
+                                    "prompt": p,
+                                    "n": n,
+                                    "temp": temp,
+                                    "repeat": r,
+                                    "mode": mode,
+                                    **got,
+                                }
                                 rows.append(row)
-                                print(f"{size} p{p} n={n} t={temp} {mode}: {got['n_prompt']} prompt tokens, {got['wall_s']:.1f}s, "
-                                      f"first token {got['first_token_s']:.1f}s, {got['tokens_per_second']:.2f} tok/s, "
-                                      f"drafted {got['n_drafted']} accepted {got['n_accepted']} {got['notes'][-1:] or ''}", flush=True)
+                                print(
+                                    f"{size} p{p} n={n} t={temp} {mode}: {got['n_prompt']} prompt tokens, "
+                                    f"{got['wall_s']:.1f}s, "
+                                    f"first token {got['first_token_s']:.1f}s, "
+                                    f"{got['tokens_per_second']:.2f} tok/s, "
+                                    f"drafted {got['n_drafted']} accepted {got['n_accepted']} "
+                                    f"{got['notes'][-1:] or ''}",
+                                    flush=True,
+                                )
     if busy:
         busy.terminate()
     report(rows)
@@ -130,23 +170,37 @@ def main() -> None:
 
 
 def report(rows: list[dict]) -> None:
-    base = {(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"]): r for r in rows if r["mode"] == "baseline"}
+    base = {
+        (r["size"], r["prompt"], r["n"], r["temp"], r["repeat"]): r for r in rows if r["mode"] == "baseline"
+    }
     cells: dict[tuple, list[tuple[float, float, float, bool, bool, float]]] = defaultdict(list)
     for r in rows:
         b = base[(r["size"], r["prompt"], r["n"], r["temp"], r["repeat"])]
         same = r["tokens"] == b["tokens"] if r["temp"] == 0 else True
         waited = any("waited" in note for note in r["notes"])
         cells[(r["size"], r["n"], r["temp"], r["mode"])].append(
-            (b["wall_s"] / r["wall_s"], r["first_token_s"] / b["first_token_s"], r["tokens_per_second"] / b["tokens_per_second"], waited, same,
-             r["end_to_end_estimate"])
+            (
+                b["wall_s"] / r["wall_s"],
+                r["first_token_s"] / b["first_token_s"],
+                r["tokens_per_second"] / b["tokens_per_second"],
+                waited,
+                same,
+                r["end_to_end_estimate"],
+            )
         )
     # Outputs that part at a tie differ in length too: the stats' own estimate prices the same
     # tokens against the target alone's measured costs.
-    print("\nsize   -n    temp  mode          end to end  first token  generation  draft waited  greedy same  estimate")
+    print(
+        "\nsize   -n    temp  mode          end to end  first token  generation  draft waited  greedy same "
+        " estimate"
+    )
     for (size, n, temp, mode), v in sorted(cells.items()):
         med = [statistics.median(x[i] for x in v) for i in (0, 1, 2, 5)]
-        print(f"{size:<6} {n:<5} {temp:<5} {mode:<13} {med[0]:>9.2f}x {med[1]:>11.2f}x {med[2]:>10.2f}x "
-              f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10} {med[3]:>8.2f}x")
+        print(
+            f"{size:<6} {n:<5} {temp:<5} {mode:<13} {med[0]:>9.2f}x {med[1]:>11.2f}x {med[2]:>10.2f}x "
+            f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10} "
+            f"{med[3]:>8.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -6,12 +6,13 @@ ordinary prompts work, and a main pass costing ~6x a head pass, as the heavy tes
 
     python benchmarks/make_mtp_testbed.py DIR [--layers 48] [--noise 0.025] [--heads 1] [--check 3]
 
-writes DIR/mtp-heavy.gguf (F16); with --heads N > 1, DIR/mtp-heavy-Nheads.gguf, of llama.cpp's
-mimo2 (whose N heads are chained, each drafting its own depth), every head a copy of the block. The tokenizer is read from the testbed's draft (DIR/draft-q4_1.gguf,
-from make_testbed.py) or the demo model. The weights are random: its text is no language, but it is
-greedy-stable and the head's acceptance is known. After writing, the script checks on a few prompts
-how often the head's greedy drafts are accepted (--check N prompts, 0 to skip), and the cost of a
-head pass against a main pass."""
+writes DIR/mtp-heavy.gguf (F16); with --heads N > 1, DIR/mtp-heavy-Nheads.gguf, of llama.cpp's mimo2
+(whose N heads are chained, each drafting its own depth), every head a copy of the block. The
+tokenizer is read from the testbed's draft (DIR/draft-q4_1.gguf, from make_testbed.py) or the demo
+model. The weights are random: its text is no language, but it is greedy-stable and the head's
+acceptance is known. After writing, the script checks on a few prompts how often the head's greedy
+drafts are accepted (--check N prompts, 0 to skip), and the cost of a head pass against a main
+pass."""
 
 from __future__ import annotations
 
@@ -29,7 +30,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from mtp_model import MtpSpec, write_mtp_model  # noqa: E402
 
 TOKENIZER_KEYS = ("tokenizer.", "general.architecture")
-CHECK_PROMPTS = ("Why is the sky blue?", "Write a haiku about autumn.", "def fibonacci(n):", "Translate to French: good morning")
+CHECK_PROMPTS = (
+    "Why is the sky blue?",
+    "Write a haiku about autumn.",
+    "def fibonacci(n):",
+    "Translate to French: good morning",
+)
 
 
 def smollm2_vocabulary(source: Path):
@@ -66,7 +72,9 @@ def check(path: Path, prompts: int) -> None:
     with Model(path, ModelOptions(n_ctx=1024, n_threads=cores, n_threads_batch=cores, mtp=True)) as target:
         assert target.head is not None
         engine = SpeculativeEngine(target, MtpDrafter(target.head), "mtp")
-        config = GenerationConfig(max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_mode="fixed", draft_max=4)
+        config = GenerationConfig(
+            max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_mode="fixed", draft_max=4
+        )
         drafted = accepted = 0
         for text in CHECK_PROMPTS[:prompts]:
             stats = drain(engine.generate(target.tokenize(text), config)).stats
@@ -74,13 +82,24 @@ def check(path: Path, prompts: int) -> None:
         passes = target.passes
         busy = target.busy_s
         head_passes, head_busy = target.head.passes, target.head.busy_s
-        print(f"greedy acceptance at 4 drafted tokens: {accepted}/{drafted} = {accepted / max(drafted, 1):.3f}")
+        print(
+            f"greedy acceptance at 4 drafted tokens: {accepted}/{drafted} = {accepted / max(drafted, 1):.3f}"
+        )
         target.prefill(target.tokenize(CHECK_PROMPTS[0]))
-        main = [_timed(lambda: target.decode([target.cached[-1]], all_logits=False), target) for _ in range(12)]
-        head = [_timed(lambda: target.head.decode([target.cached[-1]], all_logits=False), target.head) for _ in range(12)]
-        print(f"a main pass {statistics.median(main) * 1e3:.1f} ms, a head pass {statistics.median(head) * 1e3:.1f} ms "
-              f"(ratio {statistics.median(main) / statistics.median(head):.1f}); during the check: "
-              f"{busy / max(passes, 1) * 1e3:.1f} ms per target pass, {head_busy / max(head_passes, 1) * 1e3:.1f} ms per head pass")
+        main = [
+            _timed(lambda: target.decode([target.cached[-1]], all_logits=False), target) for _ in range(12)
+        ]
+        head = [
+            _timed(lambda: target.head.decode([target.cached[-1]], all_logits=False), target.head)
+            for _ in range(12)
+        ]
+        print(
+            f"a main pass {statistics.median(main) * 1e3:.1f} ms, a head pass "
+            f"{statistics.median(head) * 1e3:.1f} ms "
+            f"(ratio {statistics.median(main) / statistics.median(head):.1f}); during the check: "
+            f"{busy / max(passes, 1) * 1e3:.1f} ms per target pass, "
+            f"{head_busy / max(head_passes, 1) * 1e3:.1f} ms per head pass"
+        )
 
 
 def _timed(fn, model) -> float:
@@ -93,10 +112,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dir", type=Path)
     ap.add_argument("--layers", type=int, default=48, help="main blocks (the first real, the rest no-ops)")
-    ap.add_argument("--noise", type=float, default=0.025, help="relative noise on the head's copy of the block")
-    ap.add_argument("--heads", type=int, default=1, help="NextN heads (more than one: a mimo2 target, its heads chained)")
-    ap.add_argument("--check", type=int, default=3, help="prompts to check the head's acceptance on (0: none)")
-    ap.add_argument("--tokenizer", type=Path, help="GGUF whose tokenizer to copy (default: DIR/draft-q4_1.gguf, or the demo model)")
+    ap.add_argument(
+        "--noise", type=float, default=0.025, help="relative noise on the head's copy of the block"
+    )
+    ap.add_argument(
+        "--heads", type=int, default=1, help="NextN heads (more than one: a mimo2 target, its heads chained)"
+    )
+    ap.add_argument(
+        "--check", type=int, default=3, help="prompts to check the head's acceptance on (0: none)"
+    )
+    ap.add_argument(
+        "--tokenizer",
+        type=Path,
+        help="GGUF whose tokenizer to copy (default: DIR/draft-q4_1.gguf, or the demo model)",
+    )
     args = ap.parse_args()
     source = args.tokenizer or args.dir / "draft-q4_1.gguf"
     if not source.exists():
@@ -106,11 +135,26 @@ def main() -> None:
     args.dir.mkdir(parents=True, exist_ok=True)
     chained = args.heads > 1
     out = args.dir / (f"mtp-heavy-{args.heads}heads.gguf" if chained else "mtp-heavy.gguf")
-    spec = MtpSpec(seed=7, n_embd=576, n_head=9, n_head_kv=3, n_ff=1536, n_layer=args.layers, n_ctx=8192,
-                   logit_scale=0.15, head_noise=args.noise, f16=True, arch="mimo2" if chained else "glm4moe",
-                   heads=args.heads, claimed_heads=args.heads)
+    spec = MtpSpec(
+        seed=7,
+        n_embd=576,
+        n_head=9,
+        n_head_kv=3,
+        n_ff=1536,
+        n_layer=args.layers,
+        n_ctx=8192,
+        logit_scale=0.15,
+        head_noise=args.noise,
+        f16=True,
+        arch="mimo2" if chained else "glm4moe",
+        heads=args.heads,
+        claimed_heads=args.heads,
+    )
     write_mtp_model(out, spec, smollm2_vocabulary(source), name="mtp-heavy")
-    print(f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): {args.layers} main blocks, {args.heads} head(s), tokenizer of {source.name}")
+    print(
+        f"wrote {out} ({out.stat().st_size / 1e6:.0f} MB): {args.layers} main blocks, {args.heads} "
+        f"head(s), tokenizer of {source.name}"
+    )
     if args.check:
         check(out, args.check)
 

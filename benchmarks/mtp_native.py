@@ -43,17 +43,47 @@ ENCODED_RE = re.compile(r"encoded\s+(\d+) tokens")
 
 def native(a: argparse.Namespace, prompt_file: Path, k: int | None, n_prompt: int) -> float:
     t = str(a.threads)
-    common = ["-f", str(prompt_file), "-n", str(a.n), "--temp", "0", "-t", t, "-tb", t, "-c", "4096", "-ngl", "0"]
+    common = [
+        "-f",
+        str(prompt_file),
+        "-n",
+        str(a.n),
+        "--temp",
+        "0",
+        "-t",
+        t,
+        "-tb",
+        t,
+        "-c",
+        "4096",
+        "-ngl",
+        "0",
+    ]
     if k is None:
         out = run([str(a.native / "llama-completion"), "-m", str(a.model), "-no-cnv", *common])
         found = EVAL_RE.search(out)
     else:
-        out = run([str(a.native / "llama-speculative-simple"), "-m", str(a.model), "--spec-type", "draft-mtp",
-                   "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", *common])
+        out = run(
+            [
+                str(a.native / "llama-speculative-simple"),
+                "-m",
+                str(a.model),
+                "--spec-type",
+                "draft-mtp",
+                "--spec-draft-n-max",
+                str(k),
+                "--spec-draft-n-min",
+                "0",
+                *common,
+            ]
+        )
         found = DECODED_RE.search(out)
         encoded = ENCODED_RE.search(out)
         if encoded and int(encoded.group(1)) != n_prompt:
-            raise SystemExit(f"native llama.cpp read {encoded.group(1)} prompt tokens, localspec {n_prompt}: not the same prompt")
+            raise SystemExit(
+                f"native llama.cpp read {encoded.group(1)} prompt tokens, localspec {n_prompt}: not the "
+                "same prompt"
+            )
     if not found:
         raise SystemExit(f"could not read the native speed:\n{out[-2000:]}")
     return float(found.group(1))
@@ -73,7 +103,9 @@ def main() -> None:
     lengths = [int(x) for x in a.lengths.split(",")]
     modes = ["alone", "auto", *(f"fixed-{k}" for k in lengths)]
     opts = ModelOptions(n_ctx=4096, n_threads=a.threads, n_threads_batch=a.threads, mtp=True)
-    tps: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))  # category -> mode -> per prompt
+    tps: dict[str, dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )  # category -> mode -> per prompt
     same = differ = 0
     with Model(a.model, opts) as target, tempfile.TemporaryDirectory() as tmp:
         assert target.head is not None
@@ -87,8 +119,12 @@ def main() -> None:
             line, reference = [f"{p.category:14s} {p.id:>4s}"], None
             for mode in modes:
                 length = mode.removeprefix("fixed-")
-                config = GenerationConfig(max_tokens=a.n, sampling=SamplingParams(temperature=0.0),
-                                          draft_mode="fixed" if length.isdigit() else "auto", draft_max=int(length) if length.isdigit() else 16)
+                config = GenerationConfig(
+                    max_tokens=a.n,
+                    sampling=SamplingParams(temperature=0.0),
+                    draft_mode="fixed" if length.isdigit() else "auto",
+                    draft_max=int(length) if length.isdigit() else 16,
+                )
                 done = drain(engines[mode].generate(tokens, config))
                 tps[p.category][mode].append(done.stats.tokens_per_second)
                 if reference is None:
@@ -111,9 +147,12 @@ def report(tps: dict[str, dict[str, list[float]]], lengths: list[int], same: int
     med = statistics.median
 
     def ratio(rows: dict[str, list[float]], num: str, den: str) -> float:
-        return med([a / b for a, b in zip(rows[num], rows[den])])
+        return med([a / b for a, b in zip(rows[num], rows[den], strict=False)])
 
-    print("\n| category | alone tok/s | auto / alone | best fixed / alone | auto / best fixed | native best / native alone | auto / native best |")
+    print(
+        "\n| category | alone tok/s | auto / alone | best fixed / alone | auto / best fixed | native best "
+        "/ native alone | auto / native best |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     everything: dict[str, list[float]] = defaultdict(list)
     for category, rows in [*tps.items(), ("all", everything)]:
@@ -122,9 +161,11 @@ def report(tps: dict[str, dict[str, list[float]]], lengths: list[int], same: int
                 everything[mode].extend(values)
         ours = max((f"fixed-{k}" for k in lengths), key=lambda m: ratio(rows, m, "alone"))
         theirs = max((f"native-{k}" for k in lengths), key=lambda m: ratio(rows, m, "native-alone"))
-        print(f"| {category} | {med(rows['alone']):.1f} | {ratio(rows, 'auto', 'alone'):.2f}x | "
-              f"{ratio(rows, ours, 'alone'):.2f}x ({ours}) | {ratio(rows, 'auto', ours):.2f}x | "
-              f"{ratio(rows, theirs, 'native-alone'):.2f}x ({theirs}) | {ratio(rows, 'auto', theirs):.2f}x |")
+        print(
+            f"| {category} | {med(rows['alone']):.1f} | {ratio(rows, 'auto', 'alone'):.2f}x | "
+            f"{ratio(rows, ours, 'alone'):.2f}x ({ours}) | {ratio(rows, 'auto', ours):.2f}x | "
+            f"{ratio(rows, theirs, 'native-alone'):.2f}x ({theirs}) | {ratio(rows, 'auto', theirs):.2f}x |"
+        )
     print(f"\nsame tokens as the target alone (ties allowed): {same} of {same + differ} generations")
 
 

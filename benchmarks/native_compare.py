@@ -24,7 +24,9 @@ from localspec.backend.model import Model, ModelOptions
 from localspec.bench.runs import load_prompts
 from localspec.session.prompt import render_chat
 
-EVAL_RE = re.compile(r"(?<!prompt )eval time =\s*[\d.]+ ms /\s*\d+ (?:runs|tokens).*?([\d.]+) tokens per second")
+EVAL_RE = re.compile(
+    r"(?<!prompt )eval time =\s*[\d.]+ ms /\s*\d+ (?:runs|tokens).*?([\d.]+) tokens per second"
+)
 DECODED_RE = re.compile(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s")
 ACCEPT_RE = re.compile(r"accept\s+=\s+([\d.]+)%")
 
@@ -49,35 +51,71 @@ def main() -> None:
     common = ["-n", str(a.n), "--temp", "0", "-t", t, "-tb", t, "-c", "4096", "-ngl", "0"]
     sizes = [int(x) for x in a.draft_max.split(",")]
     with Model(a.target, ModelOptions(n_ctx=4096)) as m:
-        rendered = {p.id: (p.category, render_chat(m, [{"role": "user", "content": p.text}]))
-                    for p in load_prompts(a.prompts, a.category, a.limit)}
+        rendered = {
+            p.id: (p.category, render_chat(m, [{"role": "user", "content": p.text}]))
+            for p in load_prompts(a.prompts, a.category, a.limit)
+        }
     speedups: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     with tempfile.TemporaryDirectory() as tmp:
         for pid, (category, text) in rendered.items():
             f = Path(tmp) / f"{pid}.txt"
             f.write_text(text + "\n")  # llama.cpp drops a prompt file's last newline: the text is then exact
-            out = run([str(a.native / "llama-completion"), "-m", str(a.target), "-f", str(f), "-no-cnv", *common])
+            out = run(
+                [str(a.native / "llama-completion"), "-m", str(a.target), "-f", str(f), "-no-cnv", *common]
+            )
             m_base = EVAL_RE.search(out)
             if not m_base:
                 raise SystemExit(f"could not read llama-completion's speed:\n{out[-2000:]}")
             base = float(m_base.group(1))
             line = [f"{category:12s} {pid:>4s} native base {base:6.2f} tok/s"]
             for k in sizes:
-                out = run([str(a.native / "llama-speculative-simple"), "-m", str(a.target), "-md", str(a.draft), "-f", str(f),
-                           "--spec-type", "draft-simple", "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0", "-td", t, "-tbd", t, "-ngld", "0", *common])
+                out = run(
+                    [
+                        str(a.native / "llama-speculative-simple"),
+                        "-m",
+                        str(a.target),
+                        "-md",
+                        str(a.draft),
+                        "-f",
+                        str(f),
+                        "--spec-type",
+                        "draft-simple",
+                        "--spec-draft-n-max",
+                        str(k),
+                        "--spec-draft-n-min",
+                        "0",
+                        "-td",
+                        t,
+                        "-tbd",
+                        t,
+                        "-ngld",
+                        "0",
+                        *common,
+                    ]
+                )
                 m_spec, m_acc = DECODED_RE.search(out), ACCEPT_RE.search(out)
                 if not m_spec:
                     raise SystemExit(f"could not read llama-speculative-simple's speed:\n{out[-2000:]}")
                 spec = float(m_spec.group(1))
                 speedups[category][k].append(spec / base)
-                line.append(f"k={k}: {spec:6.2f} ({spec / base:.2f}x, accept {m_acc.group(1) if m_acc else '?'}%)")
+                line.append(
+                    f"k={k}: {spec:6.2f} ({spec / base:.2f}x, accept {m_acc.group(1) if m_acc else '?'}%)"
+                )
             print(" | ".join(line), flush=True)
     print("\ncategory      " + "  ".join(f"k={k:<5d}" for k in sizes) + "  best")
     for category, by_k in speedups.items():
         meds = {k: statistics.median(v) for k, v in by_k.items()}
-        print(f"{category:12s}  " + "  ".join(f"{meds[k]:6.2f}x" for k in sizes) + f"  {max(meds.values()):.2f}x (k={max(meds, key=meds.get)})")
+        print(
+            f"{category:12s}  "
+            + "  ".join(f"{meds[k]:6.2f}x" for k in sizes)
+            + f"  {max(meds.values()):.2f}x (k={max(meds, key=meds.get)})"
+        )
     all_meds = {k: statistics.median([x for by_k in speedups.values() for x in by_k[k]]) for k in sizes}
-    print(f"{'all':12s}  " + "  ".join(f"{all_meds[k]:6.2f}x" for k in sizes) + f"  {max(all_meds.values()):.2f}x")
+    print(
+        f"{'all':12s}  "
+        + "  ".join(f"{all_meds[k]:6.2f}x" for k in sizes)
+        + f"  {max(all_meds.values()):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -38,22 +38,45 @@ def main() -> None:
     data = rows(a.prompts)
     chosen = by_category(data, 1, False)[: a.count] + by_category(data, 1, True)[: max(0, a.count - 5)]
     with Model(a.target, ModelOptions(n_ctx=4096)) as m:
-        rendered = [(r["category"], render_chat(m, [{"role": "user", "content": r["turns"][0]}])) for r in chosen]
+        rendered = [
+            (r["category"], render_chat(m, [{"role": "user", "content": r["turns"][0]}])) for r in chosen
+        ]
     plain, dynamic = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for i, (category, text) in enumerate(rendered):
             f, cache = Path(tmp) / f"{i}.txt", Path(tmp) / f"{i}.bin"
             f.write_text(text + "\n")  # llama.cpp drops a prompt file's last newline: the text is then exact
-            base = float(EVAL_RE.search(run([str(a.native / "llama-completion"), "-m", str(a.target), "-f", str(f), "-no-cnv", *common])).group(1))  # type: ignore[union-attr]
+            base = float(
+                EVAL_RE.search(
+                    run(
+                        [
+                            str(a.native / "llama-completion"),
+                            "-m",
+                            str(a.target),
+                            "-f",
+                            str(f),
+                            "-no-cnv",
+                            *common,
+                        ]
+                    )
+                ).group(1)
+            )  # type: ignore[union-attr]
             lookup = [str(a.native / "llama-lookup"), "-m", str(a.target), "-f", str(f), *common]
             own = float(DECODED_RE.search(run(lookup)).group(1))  # type: ignore[union-attr]
             run([*lookup, "-lcd", str(cache)])
             again = float(DECODED_RE.search(run([*lookup, "-lcd", str(cache)])).group(1))  # type: ignore[union-attr]
             plain.append(own / base)
             dynamic.append(again / base)
-            print(f"{category:14} target {base:6.1f}  lookup {own:6.1f}  lookup-dynamic (second run) {again:6.1f} tok/s", flush=True)
-    print(f"median: lookup/target {statistics.median(plain):.2f}x, lookup-dynamic second run/target {statistics.median(dynamic):.2f}x,"
-          f" dynamic/plain {statistics.median(d / p for d, p in zip(dynamic, plain)):.2f}x")
+            print(
+                f"{category:14} target {base:6.1f}  lookup {own:6.1f}  lookup-dynamic (second run) "
+                f"{again:6.1f} tok/s",
+                flush=True,
+            )
+    print(
+        f"median: lookup/target {statistics.median(plain):.2f}x, lookup-dynamic second run/target "
+        f"{statistics.median(dynamic):.2f}x,"
+        f" dynamic/plain {statistics.median(d / p for d, p in zip(dynamic, plain, strict=False)):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -33,15 +33,35 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("-n", type=int, default=128)
     a = ap.parse_args()
-    cmd = [sys.executable, "-m", "localspec", "run", "-m", str(a.target), "-d", str(a.draft), "--ctx", str(a.ctx),
-           "-n", str(a.n), "--temp", "0", "-p", "Write a long story about a lighthouse keeper.", "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "localspec",
+        "run",
+        "-m",
+        str(a.target),
+        "-d",
+        str(a.draft),
+        "--ctx",
+        str(a.ctx),
+        "-n",
+        str(a.n),
+        "--temp",
+        "0",
+        "-p",
+        "Write a long story about a lighthouse keeper.",
+        "--quiet",
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # kilobytes on Linux
     files = a.target.stat().st_size + a.draft.stat().st_size
     kv = kv_bytes(a.target, a.ctx) + kv_bytes(a.draft, a.ctx)
     need = files + kv
     mib = lambda b: f"{b / 2**20:8.1f} MiB"  # noqa: E731
-    print(f"model files      {mib(files)}\nKV caches        {mib(kv)} (F16, ctx {a.ctx})\nfiles + KV       {mib(need)}")
+    print(
+        f"model files      {mib(files)}\nKV caches        {mib(kv)} (F16, ctx {a.ctx})\nfiles + KV       "
+        f"{mib(need)}"
+    )
     print(f"peak RSS         {mib(peak)}  ({peak / need:.3f}x of files + KV)")
 
 

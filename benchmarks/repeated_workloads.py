@@ -45,7 +45,9 @@ from localspec.session.loader import ModelFiles, load_models
 from localspec.session.prompt import render_chat, tokenize_rendered
 
 METHODS = ("target", "ngram", "suffix")
-PROOFREAD = "Proofread the following text and correct any mistakes. Reply with the full corrected text only.\n\n"
+PROOFREAD = (
+    "Proofread the following text and correct any mistakes. Reply with the full corrected text only.\n\n"
+)
 
 
 def rows(path: Path) -> list[dict]:
@@ -69,13 +71,21 @@ def edit_pairs(data: list[dict], count: int) -> list[tuple[str, str, str]]:
         if r["category"] not in sources:
             continue
         words = r["turns"][0].removeprefix("Summarize: ").split()[:120]
-        middle = [i for i in range(len(words) // 3, 2 * len(words) // 3) if words[i].isalpha() and len(words[i]) > 4]
+        middle = [
+            i for i in range(len(words) // 3, 2 * len(words) // 3) if words[i].isalpha() and len(words[i]) > 4
+        ]
         if len(words) < 60 or not middle:
             continue
         i = rng.choice(middle)
-        edited = [*words[:i], rng.choice(["remarkable", "ordinary", "several", "recent", "small"]), *words[i + 1 :]]
+        edited = [
+            *words[:i],
+            rng.choice(["remarkable", "ordinary", "several", "recent", "small"]),
+            *words[i + 1 :],
+        ]
         sources[r["category"]].append((str(r["question_id"]), " ".join(words), " ".join(edited)))
-    out = [pair for both in zip(*sources.values()) for pair in both]  # alternating, so a short run has both
+    out = [
+        pair for both in zip(*sources.values(), strict=False) for pair in both
+    ]  # alternating, so a short run has both
     return out[:count]
 
 
@@ -105,7 +115,15 @@ class Bench:
         self.seed += 1
         return drain(engine.generate(prompt, replace(self.config, seed=self.seed)))
 
-    def measure(self, workload: str, pid: str, category: str, engines: dict, prompt: list[int], first: list[int] | None) -> None:
+    def measure(
+        self,
+        workload: str,
+        pid: str,
+        category: str,
+        engines: dict,
+        prompt: list[int],
+        first: list[int] | None,
+    ) -> None:
         """Run the measured request on every engine (after suffix's unmeasured `first` request)."""
         if first is not None:
             self.generate(engines["suffix"], first)
@@ -113,16 +131,28 @@ class Bench:
         row = {"workload": workload, "id": pid, "category": category, "temp": self.temp}
         for m, d in done.items():
             s = d.stats
-            row[m] = {"tps": s.tokens_per_second, "n": s.n_generated, "drafted": s.n_drafted, "accepted": s.n_accepted}
+            row[m] = {
+                "tps": s.tokens_per_second,
+                "n": s.n_generated,
+                "drafted": s.n_drafted,
+                "accepted": s.n_accepted,
+            }
         if self.config.sampling.greedy:
             for m in ("ngram", "suffix"):
                 div = compare_greedy(self.target, prompt, done["target"].tokens, done[m].tokens)
-                row[m]["mismatch"] = None if div is None else {"index": div.index, "tie": div.is_tie, "margin": div.margin}
+                row[m]["mismatch"] = (
+                    None if div is None else {"index": div.index, "tie": div.is_tie, "margin": div.margin}
+                )
         self.results.append(row)
         t = row["target"]["tps"]
-        print(f"{workload:10} {pid:>5} {category:14} " + " ".join(f"{m} {row[m]['tps']:6.1f}" for m in METHODS)
-              + f"  suffix/ngram {row['suffix']['tps'] / row['ngram']['tps']:.2f}  suffix/target {row['suffix']['tps'] / t:.2f}"
-              + f"  suffix acc {row['suffix']['accepted']}/{row['suffix']['n']}", flush=True)
+        print(
+            f"{workload:10} {pid:>5} {category:14} "
+            + " ".join(f"{m} {row[m]['tps']:6.1f}" for m in METHODS)
+            + f"  suffix/ngram {row['suffix']['tps'] / row['ngram']['tps']:.2f}  suffix/target "
+            f"{row['suffix']['tps'] / t:.2f}"
+            + f"  suffix acc {row['suffix']['accepted']}/{row['suffix']['n']}",
+            flush=True,
+        )
 
 
 def summarize(results: list[dict]) -> None:
@@ -133,14 +163,23 @@ def summarize(results: list[dict]) -> None:
         if r["workload"] == "single":
             groups.setdefault((r["workload"], r["category"]), []).append(r)
     for (w, c), rs in groups.items():
-        ratio = lambda a, b: statistics.median(r[a]["tps"] / r[b]["tps"] for r in rs)  # noqa: E731
+        ratio = lambda a, b, rs=rs: statistics.median(r[a]["tps"] / r[b]["tps"] for r in rs)  # noqa: E731
         tokens = sum(r["suffix"]["n"] for r in rs)
         accepted = sum(r["suffix"]["accepted"] for r in rs)
-        bad = [r["id"] for r in rs for m in ("ngram", "suffix") if (r[m].get("mismatch") or {}).get("tie") is False]
+        bad = [
+            r["id"]
+            for r in rs
+            for m in ("ngram", "suffix")
+            if (r[m].get("mismatch") or {}).get("tie") is False
+        ]
         ties = sum(1 for r in rs for m in ("ngram", "suffix") if (r[m].get("mismatch") or {}).get("tie"))
-        print(f"  {w:10} {c:14} prompts {len(rs):3}  suffix/ngram {ratio('suffix', 'ngram'):.2f}x  suffix/target {ratio('suffix', 'target'):.2f}x"
-              f"  ngram/target {ratio('ngram', 'target'):.2f}x  suffix tokens from drafts {accepted / max(tokens, 1):.0%}"
-              f"  mismatches {len(bad)} ties {ties}")
+        print(
+            f"  {w:10} {c:14} prompts {len(rs):3}  suffix/ngram {ratio('suffix', 'ngram'):.2f}x  "
+            f"suffix/target {ratio('suffix', 'target'):.2f}x"
+            f"  ngram/target {ratio('ngram', 'target'):.2f}x  suffix tokens from drafts "
+            f"{accepted / max(tokens, 1):.0%}"
+            f"  mismatches {len(bad)} ties {ties}"
+        )
 
 
 def main() -> None:
@@ -148,7 +187,9 @@ def main() -> None:
     ap.add_argument("model", type=Path)
     ap.add_argument("--prompts", type=Path, required=True)
     ap.add_argument("--workloads", default="regenerate,mtbench,edit,single")
-    ap.add_argument("--count", type=int, default=13, help="prompts for regenerate (one per category first) and mtbench")
+    ap.add_argument(
+        "--count", type=int, default=13, help="prompts for regenerate (one per category first) and mtbench"
+    )
     ap.add_argument("--edits", type=int, default=20)
     ap.add_argument("--per-category", type=int, default=2)
     ap.add_argument("-n", type=int, default=128)
@@ -163,14 +204,23 @@ def main() -> None:
     for workload in args.workloads.split(","):
         engines = bench.engines()
         if workload == "regenerate":
-            for r in by_category(data, 1, False)[: args.count] + by_category(data, 1, True)[: max(0, args.count - 5)]:
+            for r in (
+                by_category(data, 1, False)[: args.count]
+                + by_category(data, 1, True)[: max(0, args.count - 5)]
+            ):
                 p = bench.tokens([{"role": "user", "content": r["turns"][0]}])
                 bench.measure(workload, str(r["question_id"]), r["category"], engines, p, p)
         elif workload == "mtbench":
             for r in by_category(data, 1, True)[: args.count]:
                 first = bench.tokens([{"role": "user", "content": r["turns"][0]}])
                 answer = bench.generate(engines["target"], first).text
-                p = bench.tokens([{"role": "user", "content": r["turns"][0]}, {"role": "assistant", "content": answer}, {"role": "user", "content": r["turns"][1]}])
+                p = bench.tokens(
+                    [
+                        {"role": "user", "content": r["turns"][0]},
+                        {"role": "assistant", "content": answer},
+                        {"role": "user", "content": r["turns"][1]},
+                    ]
+                )
                 bench.measure(workload, str(r["question_id"]), r["category"], engines, p, first)
         elif workload == "edit":
             for pid, text, edited in edit_pairs(data, args.edits):

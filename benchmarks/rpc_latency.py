@@ -74,9 +74,17 @@ def worker(args: argparse.Namespace) -> None:
         tokens = tokenize_rendered(target, render_chat(target, [{"role": "user", "content": text}]))
         done = {m: drain(e.generate(tokens, config)) for m, e in engines.items()}
         div = compare_greedy(target, tokens, done["target"].tokens, done["spec"].tokens)
-        rows.append({
-            m: {"tps": d.stats.tokens_per_second, "n": d.stats.n_generated, "accepted": d.stats.n_accepted} for m, d in done.items()
-        } | {"mismatch": None if div is None else {"index": div.index, "tie": div.is_tie}})
+        rows.append(
+            {
+                m: {
+                    "tps": d.stats.tokens_per_second,
+                    "n": d.stats.n_generated,
+                    "accepted": d.stats.n_accepted,
+                }
+                for m, d in done.items()
+            }
+            | {"mismatch": None if div is None else {"index": div.index, "tie": div.is_tie}}
+        )
     print(json.dumps(rows))
 
 
@@ -99,8 +107,21 @@ def wait_listening(port: int, proc: subprocess.Popen) -> None:
 
 
 def run_worker(args: argparse.Namespace, rpc: str) -> list[dict]:
-    cmd = [sys.executable, __file__, str(args.target), str(args.draft), "--prompts", str(args.prompts),
-           "--count", str(args.count), "-n", str(args.n), "--worker-rpc", rpc, "--worker"]
+    cmd = [
+        sys.executable,
+        __file__,
+        str(args.target),
+        str(args.draft),
+        "--prompts",
+        str(args.prompts),
+        "--count",
+        str(args.count),
+        "-n",
+        str(args.n),
+        "--worker-rpc",
+        rpc,
+        "--worker",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, env=THREADS_1)
     if res.returncode != 0:
         sys.exit(f"worker ({rpc or 'local'}) failed:\n{res.stderr}")
@@ -128,12 +149,24 @@ def main() -> None:
     try:
         server_ports = [free_port(), free_port()]
         for port in server_ports:
-            helpers.append(subprocess.Popen([*CLI, "rpc-server", "--port", str(port), "--threads", "1"],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=THREADS_1))
+            helpers.append(
+                subprocess.Popen(
+                    [*CLI, "rpc-server", "--port", str(port), "--threads", "1"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    env=THREADS_1,
+                )
+            )
             wait_listening(port, helpers[-1])
         for delay in (float(d) for d in args.delays.split(",")):
-            proxies = [subprocess.Popen([sys.executable, str(PROXY), f"127.0.0.1:{p}", "--delay-ms", str(delay)],
-                                        stdout=subprocess.PIPE, text=True) for p in server_ports]
+            proxies = [
+                subprocess.Popen(
+                    [sys.executable, str(PROXY), f"127.0.0.1:{p}", "--delay-ms", str(delay)],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+                for p in server_ports
+            ]
             ports = [int(p.stdout.readline()) for p in proxies]
             try:
                 results[f"rpc {delay:g} ms"] = run_worker(args, ",".join(f"127.0.0.1:{p}" for p in ports))
@@ -146,7 +179,10 @@ def main() -> None:
             h.kill()
             h.wait()
 
-    speedup = {k: statistics.median(r["spec"]["tps"] / r["target"]["tps"] for r in rows) for k, rows in results.items()}
+    speedup = {
+        k: statistics.median(r["spec"]["tps"] / r["target"]["tps"] for r in rows)
+        for k, rows in results.items()
+    }
     for setting, rows in results.items():
         target = statistics.median(r["target"]["tps"] for r in rows)
         spec = statistics.median(r["spec"]["tps"] for r in rows)
@@ -157,8 +193,10 @@ def main() -> None:
             share = f"  / local speedup {speedup[setting] / speedup['local']:.2f}"
             if "rpc 0 ms" in speedup:
                 share += f"  / speedup at 0 ms {speedup[setting] / speedup['rpc 0 ms']:.2f}"
-        print(f"{setting:12} prompts {len(rows)}  target {target:5.2f} tok/s  spec {spec:5.2f} tok/s  "
-              f"speedup {speedup[setting]:.2f}x{share}  mismatches {bad} ties {ties}")
+        print(
+            f"{setting:12} prompts {len(rows)}  target {target:5.2f} tok/s  spec {spec:5.2f} tok/s  "
+            f"speedup {speedup[setting]:.2f}x{share}  mismatches {bad} ties {ties}"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

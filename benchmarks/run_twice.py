@@ -26,7 +26,10 @@ def run(target: Path, prompt: str, cache: str, extra: list[str]) -> tuple[dict, 
     t0 = time.perf_counter()
     res = subprocess.run(
         [*CLI, "run", "-m", str(target), "-p", prompt, "--json", *extra],
-        capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": cache}, timeout=1800,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_CACHE_HOME": cache},
+        timeout=1800,
     )
     if res.returncode != 0:
         sys.exit(res.stderr)
@@ -50,17 +53,31 @@ def main() -> None:
     speedups, walls, shares = [], [], []
     for r in rows[: args.count]:
         with tempfile.TemporaryDirectory() as cache:
-            (a, wa), (b, wb) = run(args.target, r["turns"][0], cache, extra), run(args.target, r["turns"][0], cache, extra)
+            (a, wa), (b, wb) = (
+                run(args.target, r["turns"][0], cache, extra),
+                run(args.target, r["turns"][0], cache, extra),
+            )
         sa, sb = a["stats"], b["stats"]
-        speed, share = sb["tokens_per_second"] / sa["tokens_per_second"], sb["n_accepted"] / max(sb["n_generated"], 1)
+        speed, share = (
+            sb["tokens_per_second"] / sa["tokens_per_second"],
+            sb["n_accepted"] / max(sb["n_generated"], 1),
+        )
         speedups.append(speed)
         walls.append(wa / wb)
         shares.append(share)
         same = "same text" if a["tokens"] == b["tokens"] else "TEXT DIFFERS"
-        print(f"{r['category']:14} first {sa['tokens_per_second']:5.1f} tok/s ({wa:5.1f} s)  second {sb['tokens_per_second']:5.1f} tok/s ({wb:5.1f} s)"
-              f"  {speed:.2f}x  accepted {share:.0%} of {sb['n_generated']}  {same}", flush=True)
-    print(f"median: second/first {statistics.median(speedups):.2f}x tok/s, {statistics.median(walls):.2f}x process wall time;"
-          f" tokens from accepted drafts {statistics.median(shares):.0%} (lowest {min(shares):.0%}, lowest speedup {min(speedups):.2f}x)")
+        print(
+            f"{r['category']:14} first {sa['tokens_per_second']:5.1f} tok/s ({wa:5.1f} s)  second "
+            f"{sb['tokens_per_second']:5.1f} tok/s ({wb:5.1f} s)"
+            f"  {speed:.2f}x  accepted {share:.0%} of {sb['n_generated']}  {same}",
+            flush=True,
+        )
+    print(
+        f"median: second/first {statistics.median(speedups):.2f}x tok/s, {statistics.median(walls):.2f}x "
+        "process wall time;"
+        f" tokens from accepted drafts {statistics.median(shares):.0%} (lowest {min(shares):.0%}, lowest "
+        f"speedup {min(speedups):.2f}x)"
+    )
 
 
 if __name__ == "__main__":

@@ -27,7 +27,12 @@ CLI = [sys.executable, "-m", "localspec"]
 
 
 def start_server(args: list[str]) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     for line in proc.stderr:  # type: ignore[union-attr]
         m = re.search(r"on http://127\.0\.0\.1:(\d+)/v1", line)
         if m:
@@ -39,7 +44,12 @@ def request(port: int, body: dict) -> tuple[dict, float, float]:
     """(the response, seconds to the first content chunk, seconds to the end) of a streamed request."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1800)
     t0 = time.perf_counter()
-    conn.request("POST", "/v1/chat/completions", body=json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}), headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps({**body, "stream": True, "stream_options": {"include_usage": True}}),
+        headers={"Content-Type": "application/json"},
+    )
     res = conn.getresponse()
     first, last, text = None, {}, []
     for line in res:
@@ -64,7 +74,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=1)
     ap.add_argument("-n", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--serve-option", action="append", default=[], help="an option for serve alone (repeatable; e.g. --serve-option=--slots=1)")
+    ap.add_argument(
+        "--serve-option",
+        action="append",
+        default=[],
+        help="an option for serve alone (repeatable; e.g. --serve-option=--slots=1)",
+    )
     ap.add_argument("extra", nargs="*", help="options given to both run and serve (after --)")
     a = ap.parse_args()
     model = ["-m", str(a.target), "-d", str(a.draft) if a.draft else "none", *a.extra]
@@ -74,21 +89,39 @@ def main() -> None:
     try:
         for _ in range(a.repeat):
             for p in prompts:
-                run = subprocess.run([*CLI, "run", *model, "-n", str(a.n), "--temp", "0", "--json", "-p", p.text], capture_output=True, text=True, timeout=1800)
+                run = subprocess.run(
+                    [*CLI, "run", *model, "-n", str(a.n), "--temp", "0", "--json", "-p", p.text],
+                    capture_output=True,
+                    text=True,
+                    timeout=1800,
+                )
                 if run.returncode != 0:
                     raise SystemExit(run.stderr[-500:])
                 out = json.loads(run.stdout)
-                body = {"messages": [{"role": "user", "content": p.text}], "temperature": 0, "max_tokens": a.n}
+                body = {
+                    "messages": [{"role": "user", "content": p.text}],
+                    "temperature": 0,
+                    "max_tokens": a.n,
+                }
                 served, first, end = request(port, body)
                 r_run, r_srv = out["stats"]["tokens_per_second"], served["timings"]["predicted_per_second"]
                 ratios.append(r_srv / r_run)
                 first_shares.append(first / end)
                 same += served["text"] == out["text"]
-                print(f"{p.category:15} run {r_run:6.1f} tok/s  serve {r_srv:6.1f} tok/s  {r_srv / r_run:.2f}x  first chunk at {first / end:.0%} of the reply  same text: {served['text'] == out['text']}", flush=True)
+                print(
+                    f"{p.category:15} run {r_run:6.1f} tok/s  serve {r_srv:6.1f} tok/s  "
+                    f"{r_srv / r_run:.2f}x  first chunk at {first / end:.0%} of the reply  same "
+                    f"text: {served['text'] == out['text']}",
+                    flush=True,
+                )
     finally:
         proc.terminate()
         proc.wait(60)
-    print(f"median serve/run {statistics.median(ratios):.3f}x over {len(ratios)} runs; first chunk at {statistics.median(first_shares):.0%} of the reply (median); same text {same}/{len(ratios)}")
+    print(
+        f"median serve/run {statistics.median(ratios):.3f}x over {len(ratios)} runs; first chunk at "
+        f"{statistics.median(first_shares):.0%} of the reply (median); same text "
+        f"{same}/{len(ratios)}"
+    )
 
 
 if __name__ == "__main__":

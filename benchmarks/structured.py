@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 import numpy as np  # noqa: E402
 
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 from localspec.backend.grammar import Grammar, schema_grammar  # noqa: E402
 from localspec.backend.hardware import physical_cores  # noqa: E402
 from localspec.backend.model import Model, ModelOptions  # noqa: E402
@@ -34,19 +34,68 @@ from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # 
 from localspec.sampling.dist import SamplingParams  # noqa: E402
 from localspec.session.prompt import prompt_tokens  # noqa: E402
 
-PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}}, "required": ["name", "age", "city"]}
-PRODUCT = {"type": "object", "properties": {"product": {"type": "string"}, "price": {"type": "number"}, "in_stock": {"type": "boolean"}}, "required": ["product", "price", "in_stock"]}
-EVENT = {"type": "object", "properties": {"event": {"type": "string"}, "date": {"type": "string"}, "attendees": {"type": "array", "items": {"type": "string"}}}, "required": ["event", "date", "attendees"]}
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}, "city": {"type": "string"}},
+    "required": ["name", "age", "city"],
+}
+PRODUCT = {
+    "type": "object",
+    "properties": {
+        "product": {"type": "string"},
+        "price": {"type": "number"},
+        "in_stock": {"type": "boolean"},
+    },
+    "required": ["product", "price", "in_stock"],
+}
+EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string"},
+        "date": {"type": "string"},
+        "attendees": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["event", "date", "attendees"],
+}
 TASKS = [
-    ("Extract the person as JSON with name, age and city: Maria Lopez is a 34 year old engineer who lives in Madrid.", PERSON),
-    ("Return JSON with the person's name, age and city. Text: Last spring, 61-year-old retired teacher Tom Becker moved from Hamburg to Lisbon.", PERSON),
-    ("Give the product as JSON (product, price, in_stock): The UltraBlend 3000 blender costs $89.99 and is currently sold out.", PRODUCT),
-    ("As JSON with product, price and in_stock: 'Trail runner shoes, now 120 euros, available in all sizes.'", PRODUCT),
-    ("Extract the event as JSON with event, date and attendees: The quarterly planning meeting on March 3rd will be attended by Ana, Raj and Lee.", EVENT),
-    ("JSON with event, date and attendees for: 'Kim's birthday dinner, Friday 12 July, with Sam, Alex, Priya and Jo.'", EVENT),
+    (
+        "Extract the person as JSON with name, age and city: Maria Lopez is a 34 year old engineer who "
+        "lives in Madrid.",
+        PERSON,
+    ),
+    (
+        "Return JSON with the person's name, age and city. Text: Last spring, 61-year-old retired teacher "
+        "Tom Becker moved from Hamburg to Lisbon.",
+        PERSON,
+    ),
+    (
+        "Give the product as JSON (product, price, in_stock): The UltraBlend 3000 blender costs $89.99 and "
+        "is currently sold out.",
+        PRODUCT,
+    ),
+    (
+        "As JSON with product, price and in_stock: 'Trail runner shoes, now 120 euros, available in all "
+        "sizes.'",
+        PRODUCT,
+    ),
+    (
+        "Extract the event as JSON with event, date and attendees: The quarterly planning meeting on March "
+        "3rd will be attended by Ana, Raj and Lee.",
+        EVENT,
+    ),
+    (
+        "JSON with event, date and attendees for: 'Kim's birthday dinner, Friday 12 July, with Sam, Alex, "
+        "Priya and Jo.'",
+        EVENT,
+    ),
 ]
 GREEDY = SamplingParams(temperature=0.0)
-MODES = {"alone": ("off", None), "auto": ("auto", None), "fixed-8": ("fixed", 8), "fixed-8/paid": ("fixed", 8)}
+MODES = {
+    "alone": ("off", None),
+    "auto": ("auto", None),
+    "fixed-8": ("fixed", 8),
+    "fixed-8/paid": ("fixed", 8),
+}
 
 
 class _NothingForced:
@@ -80,7 +129,9 @@ def theirs(path: Path, tokens: list[int], n: int, threads: int, gbnf: str | None
     try:
         grammar = LlamaGrammar.from_string(gbnf, verbose=False) if gbnf else None
         first, count, text = None, 0, ""
-        for chunk in llm.create_completion(tokens, max_tokens=n, stream=True, temperature=0.0, top_k=1, repeat_penalty=1.0, grammar=grammar):
+        for chunk in llm.create_completion(
+            tokens, max_tokens=n, stream=True, temperature=0.0, top_k=1, repeat_penalty=1.0, grammar=grammar
+        ):
             count += 1
             text += chunk["choices"][0]["text"]
             if first is None:
@@ -101,8 +152,14 @@ def main() -> None:
     threads = physical_cores()
     opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
     target, draft = Model(a.target, opts), Model(a.draft, opts)
-    engines = {"alone": SpeculativeEngine(target, None), **{m: SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model") for m in ("auto", "fixed-8")},
-               "fixed-8/paid": SpeculativeEngine(target, PaidDrafter(draft, target.n_vocab), "draft-model")}
+    engines = {
+        "alone": SpeculativeEngine(target, None),
+        **{
+            m: SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model")
+            for m in ("auto", "fixed-8")
+        },
+        "fixed-8/paid": SpeculativeEngine(target, PaidDrafter(draft, target.n_vocab), "draft-model"),
+    }
     rows: list[dict] = []
     for r in range(a.repeat):
         for i, (text, schema) in enumerate(TASKS):
@@ -113,25 +170,61 @@ def main() -> None:
                 for mode, (draft_mode, draft_max) in MODES.items():
                     if mode == "fixed-8/paid" and not grammar:
                         continue
-                    config = GenerationConfig(max_tokens=a.n, sampling=GREEDY, draft_mode=draft_mode, grammar=grammar, **({"draft_max": draft_max} if draft_max else {}))
+                    config = GenerationConfig(
+                        max_tokens=a.n,
+                        sampling=GREEDY,
+                        draft_mode=draft_mode,
+                        grammar=grammar,
+                        **({"draft_max": draft_max} if draft_max else {}),
+                    )
                     target.truncate(0)
                     draft.truncate(0)
                     marks: list[tuple[float, float]] = []
-                    done = drain(engines[mode].generate(tokens, config), lambda ev: marks.append((target.busy_s, draft.busy_s)) if isinstance(ev, PromptEvent) else None)
+                    done = drain(
+                        engines[mode].generate(tokens, config),
+                        lambda ev, marks=marks: (
+                            marks.append((target.busy_s, draft.busy_s))
+                            if isinstance(ev, PromptEvent)
+                            else None
+                        ),
+                    )
                     s = done.stats
                     outside = s.elapsed_s - (target.busy_s - marks[0][0]) - (draft.busy_s - marks[0][1])
-                    row = {"prompt": i, "repeat": r, "condition": condition, "mode": mode, "tokens_per_second": s.tokens_per_second,
-                           "generated": s.n_generated, "drafted": s.n_drafted, "forced": s.n_forced, "accepted": s.n_accepted,
-                           "outside_ms_per_token": 1e3 * outside / max(s.n_generated, 1), "text": done.text}
+                    row = {
+                        "prompt": i,
+                        "repeat": r,
+                        "condition": condition,
+                        "mode": mode,
+                        "tokens_per_second": s.tokens_per_second,
+                        "generated": s.n_generated,
+                        "drafted": s.n_drafted,
+                        "forced": s.n_forced,
+                        "accepted": s.n_accepted,
+                        "outside_ms_per_token": 1e3 * outside / max(s.n_generated, 1),
+                        "text": done.text,
+                    }
                     if grammar and mode == "alone":
                         row["valid"] = _valid(done.text)
                         row["forced_share"] = forced_share(target, done.tokens, gbnf)
                     rows.append(row)
-                    print(f"#{r} p{i} {condition:6} {mode:12} {s.tokens_per_second:6.1f} tok/s, {s.n_generated} tokens, accepted {s.n_accepted}/{s.n_drafted} "
-                          f"({s.n_forced} for free), "
-                          f"outside {row['outside_ms_per_token']:.2f} ms/token", flush=True)
+                    print(
+                        f"#{r} p{i} {condition:6} {mode:12} {s.tokens_per_second:6.1f} tok/s, "
+                        f"{s.n_generated} tokens, accepted {s.n_accepted}/{s.n_drafted} "
+                        f"({s.n_forced} for free), "
+                        f"outside {row['outside_ms_per_token']:.2f} ms/token",
+                        flush=True,
+                    )
                 tps, out = theirs(a.target, tokens, a.n, threads, grammar)
-                rows.append({"prompt": i, "repeat": r, "condition": condition, "mode": "llama-cpp-python", "tokens_per_second": tps, "text": out})
+                rows.append(
+                    {
+                        "prompt": i,
+                        "repeat": r,
+                        "condition": condition,
+                        "mode": "llama-cpp-python",
+                        "tokens_per_second": tps,
+                        "text": out,
+                    }
+                )
                 print(f"#{r} p{i} {condition:6} llama-cpp-python {tps:6.1f} tok/s", flush=True)
     report(rows)
     if a.json:
@@ -147,22 +240,46 @@ def _valid(text: str) -> bool:
 
 
 def report(rows: list[dict]) -> None:
-    print("\n| condition | mode | tok/s (median) | speedup over alone (median of per-prompt ratios) | accepted/drafted | drafted for free | outside llama.cpp, ms/token |")
+    print(
+        "\n| condition | mode | tok/s (median) | speedup over alone (median of per-prompt ratios) | "
+        "accepted/drafted | drafted for free | outside llama.cpp, ms/token |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for condition in ("free", "schema"):
-        alone = {(r["prompt"], r["repeat"]): r["tokens_per_second"] for r in rows if r["condition"] == condition and r["mode"] == "alone"}
+        alone = {
+            (r["prompt"], r["repeat"]): r["tokens_per_second"]
+            for r in rows
+            if r["condition"] == condition and r["mode"] == "alone"
+        }
         for mode in (*MODES, "llama-cpp-python"):
             mine = [r for r in rows if r["condition"] == condition and r["mode"] == mode]
             if not mine:
                 continue
             ratios = [r["tokens_per_second"] / alone[(r["prompt"], r["repeat"])] for r in mine]
-            acc = f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)}" if "drafted" in mine[0] else "-"
-            out = f"{statistics.median(r['outside_ms_per_token'] for r in mine):.2f}" if "outside_ms_per_token" in mine[0] else "-"
-            free = f"{sum(r['forced'] for r in mine)}/{sum(r['drafted'] for r in mine)}" if "forced" in mine[0] else "-"
-            print(f"| {condition} | {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | {statistics.median(ratios):.2f}x | {acc} | {free} | {out} |")
+            acc = (
+                f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)}"
+                if "drafted" in mine[0]
+                else "-"
+            )
+            out = (
+                f"{statistics.median(r['outside_ms_per_token'] for r in mine):.2f}"
+                if "outside_ms_per_token" in mine[0]
+                else "-"
+            )
+            free = (
+                f"{sum(r['forced'] for r in mine)}/{sum(r['drafted'] for r in mine)}"
+                if "forced" in mine[0]
+                else "-"
+            )
+            print(
+                f"| {condition} | {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | "
+                f"{statistics.median(ratios):.2f}x | {acc} | {free} | {out} |"
+            )
     schema = [r for r in rows if r.get("forced_share") is not None]
-    print(f"\nschema, target alone: {sum(r['valid'] for r in schema)}/{len(schema)} outputs parse as JSON; "
-          f"tokens the grammar forced: median {statistics.median(r['forced_share'] for r in schema):.1%}")
+    print(
+        f"\nschema, target alone: {sum(r['valid'] for r in schema)}/{len(schema)} outputs parse as JSON; "
+        f"tokens the grammar forced: median {statistics.median(r['forced_share'] for r in schema):.1%}"
+    )
 
 
 if __name__ == "__main__":

@@ -26,32 +26,68 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def tool(name: str, description: str, **properties: str) -> dict:
-    schema = {"type": "object", "properties": {k: {"type": v} for k, v in properties.items()}, "required": list(properties)}
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": v} for k, v in properties.items()},
+        "required": list(properties),
+    }
     return {"type": "function", "function": {"name": name, "description": description, "parameters": schema}}
 
 
 TOOLS = [
     tool("get_weather", "The weather in a city now", city="string"),
-    tool("search_flights", "Flights between two cities on a date", origin="string", destination="string", date="string"),
+    tool(
+        "search_flights",
+        "Flights between two cities on a date",
+        origin="string",
+        destination="string",
+        date="string",
+    ),
 ]
 TASKS = [
-    "I am planning a trip from Berlin to Lisbon on 2026-03-14. Check the weather in both cities and find flights.",
-    "Compare the weather in Oslo, Stockholm and Helsinki, then look for a flight from Oslo to Helsinki on 2026-05-02.",
+    "I am planning a trip from Berlin to Lisbon on 2026-03-14. Check the weather in both cities and find "
+    "flights.",
+    "Compare the weather in Oslo, Stockholm and Helsinki, then look for a flight from Oslo to Helsinki on "
+    "2026-05-02.",
     "Find flights from Madrid to Rome for 2026-07-20 and tell me what the weather is like in Rome.",
 ]
-MODES = {"alone": {"speculative.mode": "off"}, "auto": {"speculative.mode": "auto"}, "fixed-8": {"speculative.mode": "fixed", "speculative.n_max": 8}}
+MODES = {
+    "alone": {"speculative.mode": "off"},
+    "auto": {"speculative.mode": "auto"},
+    "fixed-8": {"speculative.mode": "fixed", "speculative.n_max": 8},
+}
 
 
 def result(name: str, args: dict) -> str:
     if name == "get_weather":
         return json.dumps({"city": args.get("city"), "sky": "clear", "celsius": 17})
-    return json.dumps({"flights": [{"number": "LS 204", "departs": "08:40"}, {"number": "LS 377", "departs": "17:15"}]})
+    return json.dumps(
+        {"flights": [{"number": "LS 204", "departs": "08:40"}, {"number": "LS 377", "departs": "17:15"}]}
+    )
 
 
 def serve(target: Path, draft: Path, port: int, template: Path | None) -> subprocess.Popen:
     extra = ["--chat-template", str(template)] if template else []
-    proc = subprocess.Popen([sys.executable, "-m", "localspec", "serve", "-m", str(target), "-d", str(draft), "--port", str(port), "--ctx", "4096", *extra],
-                            cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "localspec",
+            "serve",
+            "-m",
+            str(target),
+            "-d",
+            str(draft),
+            "--port",
+            str(port),
+            "--ctx",
+            "4096",
+            *extra,
+        ],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ready = threading.Event()
 
     def read() -> None:
@@ -74,10 +110,16 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--port", type=int, default=8099)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--forced", action="store_true", help="also the share of tokens the call grammar forces (in-process, greedy, the target alone)")
+    ap.add_argument(
+        "--forced",
+        action="store_true",
+        help="also the share of tokens the call grammar forces (in-process, greedy, the target alone)",
+    )
     a = ap.parse_args()
     proc = serve(a.target, a.draft, a.port, a.chat_template)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{a.port}/v1", api_key="none", max_retries=0, timeout=600)
+    client = openai.OpenAI(
+        base_url=f"http://127.0.0.1:{a.port}/v1", api_key="none", max_retries=0, timeout=600
+    )
     rows: list[dict] = []
     try:
         for t, task in enumerate(TASKS):
@@ -85,28 +127,66 @@ def main() -> None:
             for r in range(a.rounds):
                 replies = {}
                 for mode, extra in MODES.items():
-                    out = client.chat.completions.create(model="agent", messages=messages, tools=TOOLS, tool_choice="required",
-                                                         temperature=0, max_tokens=128, extra_body=extra)
+                    out = client.chat.completions.create(
+                        model="agent",
+                        messages=messages,
+                        tools=TOOLS,
+                        tool_choice="required",
+                        temperature=0,
+                        max_tokens=128,
+                        extra_body=extra,
+                    )
                     timing, calls = out.model_extra["timings"], out.choices[0].message.tool_calls or []
                     replies[mode] = [(c.function.name, c.function.arguments) for c in calls]
-                    rows.append({"task": t, "round": r, "mode": mode, "tokens_per_second": timing["predicted_per_second"],
-                                 "generated": timing["predicted_n"], "drafted": timing["draft_n"], "accepted": timing["draft_n_accepted"],
-                                 "parsed": out.choices[0].finish_reason == "tool_calls" and bool(calls), "calls": replies[mode]})
-                    print(f"task {t} round {r} {mode:8} {timing['predicted_per_second']:6.1f} tok/s, {timing['predicted_n']} tokens, "
-                          f"accepted {timing['draft_n_accepted']}/{timing['draft_n']}: {replies[mode]}", flush=True)
-                rows[-1]["same_as_alone"] = rows[-2]["same_as_alone"] = replies["auto"] == replies["fixed-8"] == replies["alone"]
+                    rows.append(
+                        {
+                            "task": t,
+                            "round": r,
+                            "mode": mode,
+                            "tokens_per_second": timing["predicted_per_second"],
+                            "generated": timing["predicted_n"],
+                            "drafted": timing["draft_n"],
+                            "accepted": timing["draft_n_accepted"],
+                            "parsed": out.choices[0].finish_reason == "tool_calls" and bool(calls),
+                            "calls": replies[mode],
+                        }
+                    )
+                    print(
+                        f"task {t} round {r} {mode:8} {timing['predicted_per_second']:6.1f} tok/s, "
+                        f"{timing['predicted_n']} tokens, "
+                        f"accepted {timing['draft_n_accepted']}/{timing['draft_n']}: {replies[mode]}",
+                        flush=True,
+                    )
+                rows[-1]["same_as_alone"] = rows[-2]["same_as_alone"] = (
+                    replies["auto"] == replies["fixed-8"] == replies["alone"]
+                )
                 calls = replies["alone"]
                 if not calls:
                     break
                 ids = [f"call_{t}_{r}_{i}" for i in range(len(calls))]
-                messages.append({"role": "assistant", "content": None, "tool_calls": [{"id": k, "type": "function", "function": {"name": n, "arguments": args}} for (n, args), k in zip(calls, ids)]})
-                messages += [{"role": "tool", "tool_call_id": k, "content": result(n, json.loads(args))} for (n, args), k in zip(calls, ids)]
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": k, "type": "function", "function": {"name": n, "arguments": args}}
+                            for (n, args), k in zip(calls, ids, strict=False)
+                        ],
+                    }
+                )
+                messages += [
+                    {"role": "tool", "tool_call_id": k, "content": result(n, json.loads(args))}
+                    for (n, args), k in zip(calls, ids, strict=False)
+                ]
     finally:
         proc.terminate()
         proc.wait(60)
     report(rows)
     if a.forced:
-        print(f"\ntokens the call grammar forced (it allowed no other), per task: {forced_shares(a.target, a.chat_template)}")
+        print(
+            "\ntokens the call grammar forced (it allowed no other), per task: "
+            f"{forced_shares(a.target, a.chat_template)}"
+        )
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
@@ -125,7 +205,15 @@ def forced_shares(target_path: Path, template: Path | None) -> list[str]:
     from localspec.session.prompt import render_chat, template_of, tokenize_rendered
     from localspec.session.tool_format import for_template, tool_format, tool_grammar
 
-    target = Model(target_path, ModelOptions(n_ctx=4096, n_threads=2, n_threads_batch=2, chat_template=template.read_text() if template else None))
+    target = Model(
+        target_path,
+        ModelOptions(
+            n_ctx=4096,
+            n_threads=2,
+            n_threads_batch=2,
+            chat_template=template.read_text() if template else None,
+        ),
+    )
     use, fmt = tool_use({"tools": TOOLS, "tool_choice": "required"}), tool_format(template_of(target))
     shares = []
     for task in TASKS:
@@ -133,21 +221,32 @@ def forced_shares(target_path: Path, template: Path | None) -> list[str]:
         gbnf = tool_grammar(use, fmt)
         tokens = tokenize_rendered(target, render_chat(target, messages, tools))
         target.truncate(0)
-        done = drain(SpeculativeEngine(target, None).generate(tokens, GenerationConfig(max_tokens=128, sampling=GREEDY, draft_mode="off", grammar=gbnf)))
+        done = drain(
+            SpeculativeEngine(target, None).generate(
+                tokens, GenerationConfig(max_tokens=128, sampling=GREEDY, draft_mode="off", grammar=gbnf)
+            )
+        )
         shares.append(f"{forced_share(target, done.tokens, gbnf):.1%} of {len(done.tokens)}")
     return shares
 
 
 def report(rows: list[dict]) -> None:
     alone = {(r["task"], r["round"]): r["tokens_per_second"] for r in rows if r["mode"] == "alone"}
-    print("\n| mode | tok/s (median) | speedup over alone (median of per-reply ratios) | accepted/drafted | calls parsed | same calls as alone |")
+    print(
+        "\n| mode | tok/s (median) | speedup over alone (median of per-reply ratios) | accepted/drafted | "
+        "calls parsed | same calls as alone |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
         ratios = [r["tokens_per_second"] / alone[(r["task"], r["round"])] for r in mine]
         same = "-" if mode == "alone" else f"{sum(r.get('same_as_alone', False) for r in mine)}/{len(mine)}"
-        print(f"| {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | {statistics.median(ratios):.2f}x | "
-              f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)} | {sum(r['parsed'] for r in mine)}/{len(mine)} | {same} |")
+        print(
+            f"| {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | "
+            f"{statistics.median(ratios):.2f}x | "
+            f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)} | "
+            f"{sum(r['parsed'] for r in mine)}/{len(mine)} | {same} |"
+        )
 
 
 if __name__ == "__main__":

@@ -24,18 +24,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 import gguf  # noqa: E402
 import numpy as np  # noqa: E402
+
+import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
 
 EMBEDDINGS = "token_embd.weight"
 SEPARATE_OUTPUT = "output.weight"
 CHECK_PROMPTS = ("Why is the sky blue?", "Write a haiku about autumn.", "def fibonacci(n):")
 CHECK_TOKENS = 48
-STATE_PROMPTS = ("Translate to German: the cat sat on the mat.", "List three prime numbers and explain why.",
-                 "Summarize the plot of Hamlet in two sentences.", "SELECT name FROM users WHERE",
-                 "Write a short email declining a meeting.", "What is 17 times 23? Show your steps.",
-                 "Explain recursion to a child.", "Give me a JSON object with a name and an age.")
+STATE_PROMPTS = (
+    "Translate to German: the cat sat on the mat.",
+    "List three prime numbers and explain why.",
+    "Summarize the plot of Hamlet in two sentences.",
+    "SELECT name FROM users WHERE",
+    "Write a short email declining a meeting.",
+    "What is 17 times 23? Show your steps.",
+    "Explain recursion to a child.",
+    "Give me a JSON object with a name and an age.",
+)
 
 
 def _least_likely_row(source: Path, texts: list[tuple[str, str]], extra: int) -> np.ndarray:
@@ -48,13 +55,21 @@ def _least_likely_row(source: Path, texts: list[tuple[str, str]], extra: int) ->
     import llama_cpp
     from llama_cpp import Llama
 
-    llm = Llama(str(source), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE, n_ctx=1024, verbose=False)
-    llm.tokenize = partial(Llama.tokenize, llm, add_bos=False, special=True)  # the texts hold the chat template's tokens
+    llm = Llama(
+        str(source), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE, n_ctx=1024, verbose=False
+    )
+    llm.tokenize = partial(
+        Llama.tokenize, llm, add_bos=False, special=True
+    )  # the texts hold the chat template's tokens
     try:
-        states = np.concatenate([
-            np.asarray(llm.embed(prompt + reply), dtype=np.float32)[len(llm.tokenize(prompt.encode())) - 1 :]
-            for prompt, reply in texts
-        ])
+        states = np.concatenate(
+            [
+                np.asarray(llm.embed(prompt + reply), dtype=np.float32)[
+                    len(llm.tokenize(prompt.encode())) - 1 :
+                ]
+                for prompt, reply in texts
+            ]
+        )
     finally:
         llm.close()
     embeddings = _rows_f32(gguf.GGUFReader(str(source)), EMBEDDINGS)
@@ -117,7 +132,9 @@ def pad(src: Path, dst: Path, width: int, rows: np.ndarray) -> None:
     writer.close()
 
 
-def greedy(path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS) -> tuple[list[list[int]], float, list[tuple[str, str]]]:
+def greedy(
+    path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS
+) -> tuple[list[list[int]], float, list[tuple[str, str]]]:
     """The greedy outputs on `prompts`, the largest probability that ids past `n_real` took where
     they were generated, and each prompt and output as text (the chat template's tokens written out)."""
     from localspec.backend.hardware import physical_cores
@@ -128,7 +145,9 @@ def greedy(path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS) ->
     from localspec.session.prompt import prompt_tokens
 
     cores = physical_cores()
-    config = GenerationConfig(max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
+    config = GenerationConfig(
+        max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0), draft_mode="fixed"
+    )
     with Model(path, ModelOptions(n_ctx=512, n_threads=cores, n_threads_batch=cores)) as model:
         engine = SpeculativeEngine(model, None)
         outs, padded, texts = [], 0.0, []
@@ -137,10 +156,17 @@ def greedy(path: Path, n_real: int, prompts: tuple[str, ...] = CHECK_PROMPTS) ->
             done = [e for e in engine.generate(prompt, config) if isinstance(e, DoneEvent)]
             outs.append(done[0].tokens)
             model.truncate(0)
-            probs = np.exp(_log_softmax(model.decode([*prompt, *done[0].tokens], all_logits=True)[len(prompt) - 1 :]))
+            probs = np.exp(
+                _log_softmax(model.decode([*prompt, *done[0].tokens], all_logits=True)[len(prompt) - 1 :])
+            )
             model.truncate(0)
             padded = max(padded, float(probs[:, n_real:].sum(axis=1).max()))
-            texts.append(tuple(b"".join(map(model.piece, part)).decode("utf-8", "replace") for part in (prompt, done[0].tokens)))
+            texts.append(
+                tuple(
+                    b"".join(map(model.piece, part)).decode("utf-8", "replace")
+                    for part in (prompt, done[0].tokens)
+                )
+            )
     return outs, padded, texts
 
 
@@ -155,7 +181,9 @@ def main() -> None:
     if args.files:
         sources = [p for p in sources if p.name in args.files.split(",")]
     if not sources:
-        raise SystemExit(f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first")
+        raise SystemExit(
+            f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first"
+        )
     widths = [int(w) for w in args.widths.split(",")]
     light = args.testbed / "target-f16.gguf"
     n = len(gguf.GGUFReader(str(light)).fields["tokenizer.ggml.tokens"].contents())
@@ -176,8 +204,12 @@ def main() -> None:
             # The heavy target computes what the light one does: checking the light one is enough.
             if "heavy" not in src.name:
                 (before, _, _), (after, padded, _) = greedy(src, n), greedy(dst, n)
-                print(f"{dst}: {width} ids, greedy output {'the same as' if before == after else 'DIFFERENT from'} "
-                      f"{src.name}; padded ids took at most {padded:.1e} of the probability where it was generated")
+                print(
+                    f"{dst}: {width} ids, greedy output "
+                    f"{'the same as' if before == after else 'DIFFERENT from'} "
+                    f"{src.name}; padded ids took at most {padded:.1e} of the probability where it was "
+                    "generated"
+                )
                 if before != after:
                     raise SystemExit(1)
 

@@ -24,12 +24,22 @@ def localspec(
 ) -> subprocess.CompletedProcess:
     """`localspec ARGS` in a process of its own, to its end; `env` replaces the environment."""
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([*CLI, *args], input=input, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [*CLI, *args], input=input, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def in_terminal(*args: str, env: Mapping[str, str]) -> pexpect.spawn:
     """`localspec ARGS` in a pseudo-terminal of 40x120, for what a person types and sees."""
-    return pexpect.spawn(CLI[0], [*CLI[1:], *args], env=dict(env), encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(40, 120))
+    return pexpect.spawn(
+        CLI[0],
+        [*CLI[1:], *args],
+        env=dict(env),
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=120,
+        dimensions=(40, 120),
+    )
 
 
 def in_process(*args: str, env: Mapping[str, str] | None = None, catch_exceptions: bool = True) -> Result:
@@ -51,7 +61,9 @@ def assert_one_line_error(res: subprocess.CompletedProcess, fragment: str = "", 
     return errors[0]
 
 
-def in_tmux(*args: str, width: int, height: int = 40, env: Mapping[str, str] | None = None, timeout: float = 300) -> str:
+def in_tmux(
+    *args: str, width: int, height: int = 40, env: Mapping[str, str] | None = None, timeout: float = 300
+) -> str:
     """The screen's text (scrollback included, wrapped rows joined as tmux joins them) after
     `localspec ARGS` ran to its end in a tmux pane of width x height: a real terminal, which, unlike
     an emulator library, forgets a pending wrap when the cursor is restored."""
@@ -63,12 +75,27 @@ def in_tmux(*args: str, width: int, height: int = 40, env: Mapping[str, str] | N
     env = {**(os.environ if env is None else env), "PYTHONUNBUFFERED": "1"}
     try:
         command = shlex.join([*CLI, *args])
-        subprocess.run([*tmux, "-f", conf.name, "new-session", "-d", "-x", str(width), "-y", str(height), command], env=env, check=True, timeout=30)
+        subprocess.run(
+            [*tmux, "-f", conf.name, "new-session", "-d", "-x", str(width), "-y", str(height), command],
+            env=env,
+            check=True,
+            timeout=30,
+        )
         deadline = time.monotonic() + timeout
-        while subprocess.run([*tmux, "list-panes", "-F", "#{pane_dead}"], capture_output=True, text=True).stdout.strip() != "1":
+        while (
+            subprocess.run(
+                [*tmux, "list-panes", "-F", "#{pane_dead}"], capture_output=True, text=True
+            ).stdout.strip()
+            != "1"
+        ):
             assert time.monotonic() < deadline, f"still running after {timeout} s: {command}"
             time.sleep(0.2)
-        screen = subprocess.run([*tmux, "capture-pane", "-p", "-J", "-S", "-", "-E", "-"], capture_output=True, text=True, check=True).stdout
+        screen = subprocess.run(
+            [*tmux, "capture-pane", "-p", "-J", "-S", "-", "-E", "-"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], capture_output=True)
         os.unlink(conf.name)

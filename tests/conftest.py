@@ -14,7 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 # The suite never reads the user's own defaults: a config file of theirs (a default model, say)
 # would change what the commands under test do.
 os.environ["LOCALSPEC_CONFIG"] = str(Path(__file__).parent / "no-such-config.toml")
-for _var in [v for v in os.environ if v.startswith("LOCALSPEC_") and v not in ("LOCALSPEC_CONFIG", "LOCALSPEC_REGISTRY")]:
+for _var in [
+    v
+    for v in os.environ
+    if v.startswith("LOCALSPEC_") and v not in ("LOCALSPEC_CONFIG", "LOCALSPEC_REGISTRY")
+]:
     del os.environ[_var]
 # Nor does it read or write the user's cache (suffix drafting keeps earlier outputs there).
 os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="localspec-tests-cache-")
@@ -49,7 +53,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
         poor=write_tiny_llama(d / "poor.gguf", TinySpec(seed=3, perturb_from=1, perturb=0.25)),
         other_vocab=write_tiny_llama(d / "other.gguf", TinySpec(seed=1, renamed=((300, "zz"),))),
         padded_target=write_tiny_llama(d / "padded_target.gguf", TinySpec(seed=1, pad=16)),
-        padded_close=write_tiny_llama(d / "padded_close.gguf", TinySpec(seed=2, perturb_from=1, perturb=0.03, pad=16)),
+        padded_close=write_tiny_llama(
+            d / "padded_close.gguf", TinySpec(seed=2, perturb_from=1, perturb=0.03, pad=16)
+        ),
     )
 
 
@@ -83,5 +89,7 @@ def assert_greedy_equivalent(
 ) -> Divergence | None:
     """Greedy speculative output must equal target-only output, or first differ at a tie."""
     div = compare_greedy(target, prompt, expected, got)
-    assert div is None or div.is_tie, f"outputs differ at token {div.index} ({div.expected} vs {div.got}), logit margin {div.margin:.4f}"
+    assert div is None or div.is_tie, (
+        f"outputs differ at token {div.index} ({div.expected} vs {div.got}), logit margin {div.margin:.4f}"
+    )
     return div

@@ -20,7 +20,9 @@ RESOLVE_RE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 class FakeHub:
     repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)
-    corrupt: set[tuple[str, str]] = field(default_factory=set)  # served bytes differ from the advertised sha256
+    corrupt: set[tuple[str, str]] = field(
+        default_factory=set
+    )  # served bytes differ from the advertised sha256
     cuts: dict[tuple[str, str], int] = field(default_factory=dict)  # GETs that drop the connection midway
     slow: dict[tuple[str, str], float] = field(default_factory=dict)  # seconds per MiB served
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)
@@ -83,10 +85,15 @@ class FakeHub:
             if prefix and not name.startswith(prefix + "/"):
                 continue
             sha = hashlib.sha256(data).hexdigest()
-            entries.append({
-                "type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest(),
-                "lfs": {"oid": sha, "size": len(data), "pointerSize": 134},
-            })
+            entries.append(
+                {
+                    "type": "file",
+                    "path": name,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                    "lfs": {"oid": sha, "size": len(data), "pointerSize": 134},
+                }
+            )
         body = json.dumps(entries).encode()
         h.send_response(200)
         h.send_header("Content-Type", "application/json")

@@ -68,8 +68,13 @@ def _block(rng: np.random.Generator, spec: MtpSpec) -> dict[str, np.ndarray]:
         return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
     return {
-        "attn_q": mat(e, e), "attn_k": mat(kv, e), "attn_v": mat(kv, e), "attn_output": mat(e, e),
-        "ffn_gate": mat(f, e), "ffn_up": mat(f, e), "ffn_down": mat(e, f),
+        "attn_q": mat(e, e),
+        "attn_k": mat(kv, e),
+        "attn_v": mat(kv, e),
+        "attn_output": mat(e, e),
+        "ffn_gate": mat(f, e),
+        "ffn_up": mat(f, e),
+        "ffn_down": mat(e, f),
     }
 
 
@@ -89,8 +94,11 @@ def _weights(spec: MtpSpec, n_vocab: int) -> dict[str, np.ndarray]:
         w.update(_named(f"blk.{i}.", block, spec.arch))
     for k in range(spec.heads):
         copied = _block(rng, spec) if k in spec.random_heads else real
-        head = {name: value + spec.head_noise * np.std(value) * rng.standard_normal(value.shape).astype(np.float32)
-                for name, value in copied.items()}
+        head = {
+            name: value
+            + spec.head_noise * np.std(value) * rng.standard_normal(value.shape).astype(np.float32)
+            for name, value in copied.items()
+        }
         w.update(_head(f"blk.{spec.n_layer + k}.", head, spec))
     return w
 

@@ -37,7 +37,13 @@ class Served:
 def start(*args: str) -> Served:
     """A server on a free port; returns once it says where it listens."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [*CLI, "serve", "--port", "0", *args],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
     assert proc.stderr is not None
     log: list[str] = []
     ready = threading.Event()
@@ -57,7 +63,14 @@ def start(*args: str) -> Served:
     return Served(proc, found[0], log)
 
 
-def call(served: Served, method: str, path: str, body: object = None, headers: dict[str, str] | None = None, raw: bytes | None = None):
+def call(
+    served: Served,
+    method: str,
+    path: str,
+    body: object = None,
+    headers: dict[str, str] | None = None,
+    raw: bytes | None = None,
+):
     conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=120)
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})

@@ -23,7 +23,9 @@ from localspec.sampling.dist import SamplingParams
 
 PROFILES = ("cpu", "gpu:3", "gpu:6", "gpu:12", "drift", "drift:gpu:6")
 FIXED = (4, 8, 16)
-CONFIG = GenerationConfig(max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_max=16, seed=0, draft_mode="fixed")
+CONFIG = GenerationConfig(
+    max_tokens=64, sampling=SamplingParams(temperature=0.0), draft_max=16, seed=0, draft_mode="fixed"
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +44,14 @@ def models(tmp_path_factory: pytest.TempPathFactory):
 
 def speedups(models: dict[str, Model], profile: str, modes: list[Mode]) -> dict[str, float]:
     """Median over the built-in prompts (two per category) of each mode's simulated speedup."""
-    samples = run_bench(models["target"], [Mode("baseline", None, "fixed"), *modes], load_prompts(None), CONFIG,
-                        SimulatedClock(load_profile(profile)), raw=True)
+    samples = run_bench(
+        models["target"],
+        [Mode("baseline", None, "fixed"), *modes],
+        load_prompts(None),
+        CONFIG,
+        SimulatedClock(load_profile(profile)),
+        raw=True,
+    )
     result = BenchResult(list(samples))
     return {s.mode: s.speedup for s in result.summaries() if s.category == "all"}
 
@@ -51,7 +59,9 @@ def speedups(models: dict[str, Model], profile: str, modes: list[Mode]) -> dict[
 @pytest.mark.parametrize("profile", PROFILES)
 def test_auto_finds_the_speedup_of_a_good_draft(models, profile):
     good = models["good"]
-    modes = [Mode(f"fixed-{k}", DraftModelDrafter(good), "fixed", k) for k in FIXED] + [Mode("auto", DraftModelDrafter(good), "auto")]
+    modes = [Mode(f"fixed-{k}", DraftModelDrafter(good), "fixed", k) for k in FIXED] + [
+        Mode("auto", DraftModelDrafter(good), "auto")
+    ]
     got = speedups(models, profile, modes)
     best = max(got[f"fixed-{k}"] for k in FIXED)
     assert got["auto"] >= 0.9 * best, got
@@ -61,8 +71,16 @@ def test_auto_finds_the_speedup_of_a_good_draft(models, profile):
 @pytest.mark.parametrize("profile", PROFILES)
 def test_auto_is_never_slower_than_the_target_alone(models, profile):
     modes = [Mode("poor", DraftModelDrafter(models["poor"]), "auto"), Mode("ngram", NgramDrafter(), "auto")]
-    samples = list(run_bench(models["target"], [Mode("baseline", None, "fixed"), *modes], load_prompts(None), CONFIG,
-                             SimulatedClock(load_profile(profile)), raw=True))
+    samples = list(
+        run_bench(
+            models["target"],
+            [Mode("baseline", None, "fixed"), *modes],
+            load_prompts(None),
+            CONFIG,
+            SimulatedClock(load_profile(profile)),
+            raw=True,
+        )
+    )
     result = BenchResult(samples)
     for s in result.summaries():
         if s.mode == "baseline":

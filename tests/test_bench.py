@@ -11,10 +11,35 @@ from conftest import TinyModels
 import localspec.bench.runs
 from localspec.bench.ties import Divergence, tie_tolerance
 
-SUMMARY_KEYS = {"mode", "category", "tokens_per_second", "speedup", "acceptance_rate", "mean_tokens_per_step", "n_prompts",
-                "drafted_steps", "mean_draft_length", "costs_ms", "first_token_s", "end_to_end"}
-SAMPLE_KEYS = {"mode", "prompt_id", "category", "tokens_per_second", "n_generated", "n_drafted", "n_accepted", "n_steps",
-               "n_steps_drafted", "costs_ms", "notes", "first_token_s", "waited_s"}
+SUMMARY_KEYS = {
+    "mode",
+    "category",
+    "tokens_per_second",
+    "speedup",
+    "acceptance_rate",
+    "mean_tokens_per_step",
+    "n_prompts",
+    "drafted_steps",
+    "mean_draft_length",
+    "costs_ms",
+    "first_token_s",
+    "end_to_end",
+}
+SAMPLE_KEYS = {
+    "mode",
+    "prompt_id",
+    "category",
+    "tokens_per_second",
+    "n_generated",
+    "n_drafted",
+    "n_accepted",
+    "n_steps",
+    "n_steps_drafted",
+    "costs_ms",
+    "notes",
+    "first_token_s",
+    "waited_s",
+}
 
 
 @pytest.fixture()
@@ -35,11 +60,39 @@ def bench(*args: str):
 
 def test_modes_and_json_schema(tiny: TinyModels, prompts):
     modes = "draft,auto,default,ngram,ngram-fixed,chain"
-    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", modes, "-n", "12", "--repeat", "2", "--json")
+    res = bench(
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "--prompts",
+        str(prompts),
+        "--modes",
+        modes,
+        "-n",
+        "12",
+        "--repeat",
+        "2",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"summary", "ties", "mismatches", "suffix_costs", "samples", "cost_profile", "version", "model_files", "settings"}
-    assert out["cost_profile"] is None and out["model_files"]["draft"] == str(tiny.close) and out["settings"]["max_tokens"] == 12
+    assert set(out) == {
+        "summary",
+        "ties",
+        "mismatches",
+        "suffix_costs",
+        "samples",
+        "cost_profile",
+        "version",
+        "model_files",
+        "settings",
+    }
+    assert (
+        out["cost_profile"] is None
+        and out["model_files"]["draft"] == str(tiny.close)
+        and out["settings"]["max_tokens"] == 12
+    )
     assert out["mismatches"] == []
     assert {s["mode"] for s in out["samples"]} == {"baseline", *modes.split(",")}
     assert len(out["samples"]) == 3 * 7 * 2  # prompts x modes (baseline added) x repeats
@@ -63,7 +116,9 @@ def test_modes_that_need_a_draft_are_refused_without_one(tiny: TinyModels, promp
     assert res.exit_code == 1 and "needs a draft model" in res.output
     res = bench("-m", str(tiny.target), "--prompts", str(prompts), "--modes", "warp", "-n", "4")
     assert res.exit_code == 1 and "unknown mode 'warp'" in res.output
-    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "tree", "-n", "4")
+    res = bench(
+        "-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "tree", "-n", "4"
+    )
     assert res.exit_code == 1 and "--draft-branches N with N >= 2" in res.output
 
 
@@ -77,10 +132,24 @@ def test_a_greedy_difference_that_is_no_tie_fails_the_run(tiny: TinyModels, prom
             yield sample
 
     monkeypatch.setattr(localspec.bench.runs, "run_bench", tampered)
-    res = bench("-m", str(tiny.target), "-d", str(tiny.close), "--prompts", str(prompts), "--modes", "draft", "-n", "8", "--json")
+    res = bench(
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "--prompts",
+        str(prompts),
+        "--modes",
+        "draft",
+        "-n",
+        "8",
+        "--json",
+    )
     assert res.exit_code == 1
     mismatches = json.loads(res.stdout)["mismatches"]
-    assert {m["prompt_id"] for m in mismatches} == {"a1", "a2", "b1"} and all(m["index"] == 3 for m in mismatches)
+    assert {m["prompt_id"] for m in mismatches} == {"a1", "a2", "b1"} and all(
+        m["index"] == 3 for m in mismatches
+    )
 
 
 def test_the_tie_tolerance_grows_with_the_context_as_rounding_does():
@@ -89,7 +158,10 @@ def test_the_tie_tolerance_grows_with_the_context_as_rounding_does():
     assert tie_tolerance(10) == tie_tolerance(1024) == 0.05
     assert 0.095 < tie_tolerance(4400) < 0.11 and tie_tolerance(4400, 1 / 0.8) > tie_tolerance(4400)
     assert Divergence(7, 1, 2, 0.08, tie_tolerance(7000)).is_tie
-    assert not Divergence(7, 1, 2, 0.08, tie_tolerance(500)).is_tie and not Divergence(7, 1, 2, 1.5, tie_tolerance(8192)).is_tie
+    assert (
+        not Divergence(7, 1, 2, 0.08, tie_tolerance(500)).is_tie
+        and not Divergence(7, 1, 2, 1.5, tie_tolerance(8192)).is_tie
+    )
 
 
 def test_cost_profiles_replay_recorded_and_simulated_costs(tiny: TinyModels, prompts, tmp_path):
@@ -107,7 +179,9 @@ def test_cost_profiles_replay_recorded_and_simulated_costs(tiny: TinyModels, pro
         assert auto["speedup"] > 0 and 0 < auto["drafted_steps"] <= 1 and auto["costs_ms"]["target_1_ms"] > 0
     # The passes' share of simulated time is deterministic, the engine's own time outside llama.cpp is
     # charged as measured: the same profile gives the same greedy text and no speedup above the passes' alone.
-    again = [json.loads(bench(*common, "--modes", "auto", "--cost-profile", "gpu:3").stdout) for _ in range(2)]
+    again = [
+        json.loads(bench(*common, "--modes", "auto", "--cost-profile", "gpu:3").stdout) for _ in range(2)
+    ]
     assert [s["n_generated"] for s in again[0]["samples"]] == [s["n_generated"] for s in again[1]["samples"]]
     assert again[0]["mismatches"] == again[1]["mismatches"] == []
 
@@ -117,15 +191,33 @@ def test_bad_cost_profiles_are_one_line_errors(tiny: TinyModels, prompts, tmp_pa
     for args, fragment in (
         (("--cost-profile", "gpu:0.5"), "gpu:R needs a draft cost ratio R > 1"),
         (("--cost-profile", str(tmp_path / "none.json")), "no such file"),
-        (("--cost-profile", "gpu", "--record-costs", str(tmp_path / "x.json")), "cannot go with --cost-profile"),
+        (
+            ("--cost-profile", "gpu", "--record-costs", str(tmp_path / "x.json")),
+            "cannot go with --cost-profile",
+        ),
     ):
         res = bench(*common, *args)
         assert res.exit_code == 1 and fragment in res.output, res.output
 
 
 def test_coupled_sampling_is_checked_token_by_token(tiny: TinyModels, prompts):
-    res = bench("-m", str(tiny.target), "-d", str(tiny.poor), "--prompts", str(prompts), "--modes", "fixed-4,auto,ngram",
-                "-n", "24", "--temp", "0.9", "--verify", "coupled", "--json")
+    res = bench(
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.poor),
+        "--prompts",
+        str(prompts),
+        "--modes",
+        "fixed-4,auto,ngram",
+        "-n",
+        "24",
+        "--temp",
+        "0.9",
+        "--verify",
+        "coupled",
+        "--json",
+    )
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     # Every mode's text equals the coupled baseline's, drafts accepted or not.

@@ -76,7 +76,15 @@ def test_two_turns_stats_set_and_exit(tiny: TinyModels, tmp_path: Path):
 
 def test_multiline_reset_load_and_ctrl_d(tiny: TinyModels, tmp_path: Path):
     saved = tmp_path / "in.json"
-    saved.write_text(json.dumps({"model": "x", "system": "be brief", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}))
+    saved.write_text(
+        json.dumps(
+            {
+                "model": "x",
+                "system": "be brief",
+                "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+            }
+        )
+    )
     child = spawn("-m", str(tiny.target), "--temp", "0", "-n", "8", tmp=tmp_path)
     child.sendline(f"/load {saved}")
     child.expect_exact("loaded 2 messages")
@@ -172,22 +180,45 @@ def test_resume_continues_the_last_conversation_even_after_a_crash(tiny: TinyMod
 
 
 def test_a_piped_chat_survives_bytes_that_are_not_utf8(tiny: TinyModels, tmp_path: Path):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONUNBUFFERED": "1",
+        "XDG_STATE_HOME": str(tmp_path),
+        "HOME": str(tmp_path),
+    }
     out = tmp_path / "piped.json"
     script = b"the cat \xff sat\na dog\n/help\n/save " + str(out).encode() + b"\n"
-    res = subprocess.run([*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"], input=script, capture_output=True, env=env, timeout=120)
+    res = subprocess.run(
+        [*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"],
+        input=script,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
     assert b"the message is not valid UTF-8" in res.stderr
     # Piped, chat's own lines are whole: nothing hard-wrapped at 80 columns.
-    set_help = next(line for line in res.stdout.decode().splitlines() if line.strip().startswith("/set KEY VALUE"))
+    set_help = next(
+        line for line in res.stdout.decode().splitlines() if line.strip().startswith("/set KEY VALUE")
+    )
     assert len(set_help) > 80 and set_help.rstrip().endswith("lookup-max")
-    assert [m["content"] for m in json.loads(out.read_text())["messages"] if m["role"] == "user"] == ["the cat \ufffd sat", "a dog"]
+    assert [m["content"] for m in json.loads(out.read_text())["messages"] if m["role"] == "user"] == [
+        "the cat \ufffd sat",
+        "a dog",
+    ]
 
 
 def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_path: Path):
-    env = {"PATH": "/usr/bin:/bin", "TERM": "xterm-256color", "PYTHONUNBUFFERED": "1", "HOME": str(tmp_path),
-           "XDG_STATE_HOME": str(tmp_path / "state")}
-    child = in_terminal("run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0", env=env)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TERM": "xterm-256color",
+        "PYTHONUNBUFFERED": "1",
+        "HOME": str(tmp_path),
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+    }
+    child = in_terminal(
+        "run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0", env=env
+    )
     child.expect_exact("chatting with tiny-1 (drafter: ")  # the file's own name (general.name), not its path
     turn(child, "the cat")  # run's options (-n, --temp) hold in the chat
     child.sendline("/exit")
@@ -196,13 +227,30 @@ def test_run_without_a_prompt_at_a_terminal_opens_a_chat(tiny: TinyModels, tmp_p
     assert child.exitstatus == 0
 
 
-def test_set_shows_values_as_typed_and_refuses_what_is_fixed_for_the_session(tiny: TinyModels, tmp_path: Path):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "XDG_STATE_HOME": str(tmp_path), "HOME": str(tmp_path)}
+def test_set_shows_values_as_typed_and_refuses_what_is_fixed_for_the_session(
+    tiny: TinyModels, tmp_path: Path
+):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONUNBUFFERED": "1",
+        "XDG_STATE_HOME": str(tmp_path),
+        "HOME": str(tmp_path),
+    }
     script = b"/set\n/set ctx 100\n/set draft-mode fixed\n"
-    res = subprocess.run([*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"], input=script, capture_output=True, env=env, timeout=120)
+    res = subprocess.run(
+        [*CLI, "chat", "-m", str(tiny.target), "--temp", "0", "-n", "4"],
+        input=script,
+        capture_output=True,
+        env=env,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     out, err = res.stdout.decode(), res.stderr.decode()
-    assert "draft-mode = auto" in out and "stop = none" in out and "'" not in out.split("draft-mode = ")[1].split("\n")[0]
+    assert (
+        "draft-mode = auto" in out
+        and "stop = none" in out
+        and "'" not in out.split("draft-mode = ")[1].split("\n")[0]
+    )
     assert "ctx is fixed for the session: start the chat with --ctx 100" in err
     assert "draft-mode = fixed" in out
 

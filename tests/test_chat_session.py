@@ -12,7 +12,9 @@ from localspec.errors import LocalspecError
 from localspec.session.conversation import ChatSession
 from localspec.session.loader import ModelFiles, load
 
-SAMPLED = Settings(temp=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=11, draft_mode="fixed", draft_max=4)
+SAMPLED = Settings(
+    temp=1.5, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=11, draft_mode="fixed", draft_max=4
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,14 @@ def test_set_seed_makes_verification_coupled_unless_one_was_chosen(loaded):
     session = ChatSession(loaded, unseeded)
     assert session.set_option("seed", "5") == "seed = 5, verify = coupled"
     first = answers(session, ["the cat", "the cat"], reset=True)
-    assert answers(ChatSession(loaded, unseeded.merged({"seed": 5, "verify": "coupled"})), ["the cat", "the cat"], reset=True) == first
+    assert (
+        answers(
+            ChatSession(loaded, unseeded.merged({"seed": 5, "verify": "coupled"})),
+            ["the cat", "the cat"],
+            reset=True,
+        )
+        == first
+    )
     assert session.set_option("seed", "-1") == "seed = -1, verify = standard"
     session.set_option("verify", "standard")
     assert session.set_option("seed", "5") == "seed = 5"  # chosen now: kept
@@ -89,10 +98,16 @@ def test_ctrl_c_stops_a_prompt_pass_midway(loaded):
 
 def test_set_changes_only_what_may_change_between_replies(loaded):
     session = ChatSession(loaded, Settings())
-    assert session.set_option("draft-p-split", "0.2") == "draft-p-split = 0.2" and session.settings.draft_p_split == 0.2
+    assert (
+        session.set_option("draft-p-split", "0.2") == "draft-p-split = 0.2"
+        and session.settings.draft_p_split == 0.2
+    )
     assert session.set_option("lookup-max", "6") == "lookup-max = 6"
     for load_time in ("ctx", "threads", "draft-branches", "gpu-layers"):
-        with pytest.raises(LocalspecError, match=f"^{load_time} is fixed for the session: start the chat with --{load_time} 2$"):
+        with pytest.raises(
+            LocalspecError,
+            match=f"^{load_time} is fixed for the session: start the chat with --{load_time} 2$",
+        ):
             session.set_option(load_time, "2")
     with pytest.raises(LocalspecError, match="unknown setting 'nope'"):
         session.set_option("nope", "2")
@@ -125,7 +140,9 @@ def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
 def test_set_draft_mode_auto_after_fixed_decides_from_the_next_reply(loaded):
     session = ChatSession(loaded, Settings(temp=0.0, max_tokens=40, draft_mode="fixed", draft_max=4))
     fixed = drain(session.reply("the cat", print)).stats
-    assert fixed.draft_mode == "fixed" and fixed.n_steps_drafted >= fixed.n_steps - 1  # the last may have no room
+    assert (
+        fixed.draft_mode == "fixed" and fixed.n_steps_drafted >= fixed.n_steps - 1
+    )  # the last may have no room
     session.set_option("draft-mode", "auto")
     auto = drain(session.reply("a dog", print)).stats
     # The costs timed in the fixed reply carry over: auto's choices show in the next reply's stats.
@@ -134,7 +151,9 @@ def test_set_draft_mode_auto_after_fixed_decides_from_the_next_reply(loaded):
 
 
 def test_a_coupled_seeded_conversation_repeats_under_auto(loaded):
-    coupled = Settings(temp=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=5, verify="coupled", draft_mode="auto")
+    coupled = Settings(
+        temp=1.2, top_k=0, top_p=1.0, min_p=0.0, max_tokens=12, seed=5, verify="coupled", draft_mode="auto"
+    )
     first = answers(ChatSession(loaded, coupled), ["the cat", "the cat"], reset=True)
     assert first[0] != first[1]  # each reply its own noise
     assert answers(ChatSession(loaded, coupled), ["the cat", "the cat"], reset=True) == first

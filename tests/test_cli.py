@@ -16,7 +16,24 @@ from conftest import TinyModels
 
 
 def test_json_output_fields(tiny: TinyModels):
-    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0", "--draft-max", "4", "--draft-mode", "fixed", "--json")
+    res = localspec(
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "40",
+        "--temp",
+        "0",
+        "--draft-max",
+        "4",
+        "--draft-mode",
+        "fixed",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert set(out) >= {"text", "tokens", "stop_reason", "stats", "version", "model_files", "settings"}
@@ -25,8 +42,19 @@ def test_json_output_fields(tiny: TinyModels):
     assert out["stop_reason"] == "length"
     assert len(out["tokens"]) == 40
     s = out["stats"]
-    for key in ("n_prompt", "n_generated", "n_drafted", "n_accepted", "acceptance_rate", "tokens_per_second",
-                "elapsed_s", "prompt_tokens_per_second", "load_s", "drafter", "drafters"):
+    for key in (
+        "n_prompt",
+        "n_generated",
+        "n_drafted",
+        "n_accepted",
+        "acceptance_rate",
+        "tokens_per_second",
+        "elapsed_s",
+        "prompt_tokens_per_second",
+        "load_s",
+        "drafter",
+        "drafters",
+    ):
         assert key in s, key
     assert s["drafter"] == "draft+lookup"
     assert s["n_generated"] == 40
@@ -37,19 +65,91 @@ def test_json_output_fields(tiny: TinyModels):
 
 
 def test_greedy_cli_matches_target_alone(tiny: TinyModels):
-    base = json.loads(localspec("run", "-m", str(tiny.target), "-d", "none", "--no-lookup", "-p", "a dog", "-n", "30", "--temp", "0", "--json").stdout)
-    spec = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.poor), "-p", "a dog", "-n", "30", "--temp", "0", "--draft-mode", "fixed", "--json").stdout)
+    base = json.loads(
+        localspec(
+            "run",
+            "-m",
+            str(tiny.target),
+            "-d",
+            "none",
+            "--no-lookup",
+            "-p",
+            "a dog",
+            "-n",
+            "30",
+            "--temp",
+            "0",
+            "--json",
+        ).stdout
+    )
+    spec = json.loads(
+        localspec(
+            "run",
+            "-m",
+            str(tiny.target),
+            "-d",
+            str(tiny.poor),
+            "-p",
+            "a dog",
+            "-n",
+            "30",
+            "--temp",
+            "0",
+            "--draft-mode",
+            "fixed",
+            "--json",
+        ).stdout
+    )
     assert base["stats"]["drafter"] == "none" and base["stats"]["acceptance_rate"] == 0.0
     assert spec["stats"]["n_drafted"] > 0
     assert spec["tokens"] == base["tokens"] and spec["text"] == base["text"]
 
 
 def test_no_draft_defaults_to_ngram_and_lookup_chains(tiny: TinyModels):
-    ngram = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat sat", "-n", "30", "--temp", "0", "--json").stdout)
+    ngram = json.loads(
+        localspec(
+            "run", "-m", str(tiny.target), "-p", "the cat sat", "-n", "30", "--temp", "0", "--json"
+        ).stdout
+    )
     assert ngram["stats"]["drafter"] == "ngram"
-    chain = json.loads(localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--lookup", "--draft-mode", "fixed", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)
+    chain = json.loads(
+        localspec(
+            "run",
+            "-m",
+            str(tiny.target),
+            "-d",
+            str(tiny.close),
+            "--lookup",
+            "--draft-mode",
+            "fixed",
+            "-p",
+            "the cat sat",
+            "-n",
+            "60",
+            "--temp",
+            "0",
+            "--json",
+        ).stdout
+    )
     assert chain["stats"]["drafter"] == "chain"
-    assert chain["tokens"] == json.loads(localspec("run", "-m", str(tiny.target), "--no-lookup", "-p", "the cat sat", "-n", "60", "--temp", "0", "--json").stdout)["tokens"]
+    assert (
+        chain["tokens"]
+        == json.loads(
+            localspec(
+                "run",
+                "-m",
+                str(tiny.target),
+                "--no-lookup",
+                "-p",
+                "the cat sat",
+                "-n",
+                "60",
+                "--temp",
+                "0",
+                "--json",
+            ).stdout
+        )["tokens"]
+    )
     assert sum(v["drafted"] for v in chain["stats"]["drafters"].values()) == chain["stats"]["n_drafted"]
 
 
@@ -59,49 +159,112 @@ def test_seed_reproducible_from_cli(tiny: TinyModels):
     fixed = (*args, "-d", str(tiny.poor), "--draft-mode", "fixed")
     a, b = json.loads(localspec(*fixed).stdout), json.loads(localspec(*fixed).stdout)
     assert a["tokens"] == b["tokens"] and a["seed"] == 7
-    coupled = [json.loads(localspec(*args, *extra, "--verify", "coupled").stdout)["tokens"]
-               for extra in (("-d", str(tiny.poor)), ("-d", str(tiny.close), "--draft-max", "3"), ("-d", "none", "--no-lookup"))]
+    coupled = [
+        json.loads(localspec(*args, *extra, "--verify", "coupled").stdout)["tokens"]
+        for extra in (
+            ("-d", str(tiny.poor)),
+            ("-d", str(tiny.close), "--draft-max", "3"),
+            ("-d", "none", "--no-lookup"),
+        )
+    ]
     assert coupled[0] == coupled[1] == coupled[2]
 
 
 def test_a_seed_given_repeats_at_temp_above_zero_under_auto(tiny: TinyModels):
     """An explicit --seed makes verification coupled, so auto's timing-driven draft lengths cannot
     change the text; --verify standard, given, is kept."""
-    args = ("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "40", "--temp", "0.8", "--seed", "7", "--json")
+    args = (
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "40",
+        "--temp",
+        "0.8",
+        "--seed",
+        "7",
+        "--json",
+    )
     runs = [json.loads(localspec(*args).stdout) for _ in range(2)]
     assert runs[0]["tokens"] == runs[1]["tokens"]
     assert runs[0]["settings"]["verify"] == "coupled" and runs[0]["settings"]["draft_mode"] == "auto"
     assert json.loads(localspec(*args, "--verify", "standard").stdout)["settings"]["verify"] == "standard"
-    unseeded = json.loads(localspec(*args[:-3], "--json").stdout)  # no seed: a random one, standard verification
+    unseeded = json.loads(
+        localspec(*args[:-3], "--json").stdout
+    )  # no seed: a random one, standard verification
     assert unseeded["settings"]["verify"] == "standard"
 
 
 def test_plain_mode_streams_text_and_prints_summary(tiny: TinyModels):
     res = localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0")
     assert res.returncode == 0
-    full = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0", "--json").stdout)
+    full = json.loads(
+        localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "20", "--temp", "0", "--json").stdout
+    )
     assert res.stdout == full["text"] + "\n"
     assert "20 tokens" in res.stderr and "tok/s" in res.stderr
 
 
 def test_prompt_from_stdin_and_stop_string(tiny: TinyModels):
-    full = json.loads(localspec("run", "-m", str(tiny.target), "-n", "40", "--temp", "0", "--json", input="the cat").stdout)
+    full = json.loads(
+        localspec("run", "-m", str(tiny.target), "-n", "40", "--temp", "0", "--json", input="the cat").stdout
+    )
     text = full["text"]
     assert len(text) > 6
     stop = text[3:6]
-    res = json.loads(localspec("run", "-m", str(tiny.target), "-n", "40", "--temp", "0", "--json", "--stop", stop, input="the cat").stdout)
+    res = json.loads(
+        localspec(
+            "run",
+            "-m",
+            str(tiny.target),
+            "-n",
+            "40",
+            "--temp",
+            "0",
+            "--json",
+            "--stop",
+            stop,
+            input="the cat",
+        ).stdout
+    )
     assert res["stop_reason"] == "stop"
     assert res["text"] == text[: text.find(stop)]
 
 
 def test_embedded_default_model_runs(tmp_path: Path):
-    res = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    res = localspec(
+        "run",
+        "-p",
+        "Say hello.",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--json",
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stderr
     assert "using the demo pair: SmolLM2-135M-Instruct in F32 drafted by its Q4_1" in res.stderr
     assert "making the demo target once" in res.stderr
     out = json.loads(res.stdout)
     assert out["stats"]["n_generated"] >= 1 and out["stats"]["drafter"] == "draft+lookup"
-    lookup = localspec("run", "-p", "Say hello.", "-n", "12", "--temp", "0", "-d", "none", "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    lookup = localspec(
+        "run",
+        "-p",
+        "Say hello.",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "-d",
+        "none",
+        "--json",
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+    )
     assert "the demo target, SmolLM2-135M-Instruct in F32, with n-gram prompt lookup" in lookup.stderr
     assert "making the demo target" not in lookup.stderr  # made once
     assert json.loads(lookup.stdout)["stats"]["drafter"] == "ngram"
@@ -111,8 +274,21 @@ def test_embedded_default_model_runs(tmp_path: Path):
 def test_ctrl_c_sigterm_and_sighup_stop_cleanly_with_stats(smollm2_q4: Path, sig: int, code: int):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
-        [*CLI, "run", "-m", str(smollm2_q4), "-p", "Count from 1 to 1000, one number per line.", "-n", "4000", "--temp", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        [
+            *CLI,
+            "run",
+            "-m",
+            str(smollm2_q4),
+            "-p",
+            "Count from 1 to 1000, one number per line.",
+            "-n",
+            "4000",
+            "--temp",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     assert proc.stdout is not None
     first = proc.stdout.read(8)  # wait until tokens stream
@@ -144,7 +320,9 @@ def test_bad_options(tiny: TinyModels, args, fragment):
 
 
 def test_missing_model_file(tmp_path: Path):
-    assert_one_line_error(localspec("run", "-m", str(tmp_path / "nope.gguf"), "-p", "x"), "model file not found")
+    assert_one_line_error(
+        localspec("run", "-m", str(tmp_path / "nope.gguf"), "-p", "x"), "model file not found"
+    )
 
 
 def test_not_a_gguf(tmp_path: Path):
@@ -164,22 +342,31 @@ def test_truncated_gguf_is_refused_and_left_alone(tiny: TinyModels, tmp_path: Pa
     assert_one_line_error(localspec("run", "-m", str(header_only), "-p", "x"), "corrupt or truncated")
 
 
-def test_a_header_claiming_missing_layers_and_a_later_split_part_are_refused(tiny: TinyModels, tmp_path: Path):
+def test_a_header_claiming_missing_layers_and_a_later_split_part_are_refused(
+    tiny: TinyModels, tmp_path: Path
+):
     import shutil
 
     import tiny_models
 
-    lying = tiny_models.write_tiny_llama(tmp_path / "lying.gguf", tiny_models.TinySpec(seed=1, claimed_layers=100))
+    lying = tiny_models.write_tiny_llama(
+        tmp_path / "lying.gguf", tiny_models.TinySpec(seed=1, claimed_layers=100)
+    )
     res = localspec("run", "-m", str(lying), "-p", "x", "-n", "2")
     assert_one_line_error(res, "its header says 100 layers, its tensors hold 2")
     assert "GGML_ASSERT" not in res.stdout + res.stderr
     second = tmp_path / "m-00002-of-00003.gguf"
     shutil.copy(tiny.target, second)
-    assert_one_line_error(localspec("run", "-m", str(second), "-p", "x"), "is part 2 of a split model: pass the first part")
+    assert_one_line_error(
+        localspec("run", "-m", str(second), "-p", "x"), "is part 2 of a split model: pass the first part"
+    )
 
 
 def test_missing_draft_file(tiny: TinyModels, tmp_path: Path):
-    assert_one_line_error(localspec("run", "-m", str(tiny.target), "-d", str(tmp_path / "d.gguf"), "-p", "x"), "draft file not found")
+    assert_one_line_error(
+        localspec("run", "-m", str(tiny.target), "-d", str(tmp_path / "d.gguf"), "-p", "x"),
+        "draft file not found",
+    )
 
 
 def test_incompatible_vocabulary_names_token(tiny: TinyModels):
@@ -208,7 +395,9 @@ PADDED_MODES = {
 @pytest.mark.parametrize("mode", PADDED_MODES)
 @pytest.mark.parametrize("larger", ["target", "draft"])
 def test_vocabularies_of_different_sizes_work_in_every_mode(tiny: TinyModels, larger: str, mode: str):
-    target, draft = (tiny.padded_target, tiny.close) if larger == "target" else (tiny.target, tiny.padded_close)
+    target, draft = (
+        (tiny.padded_target, tiny.close) if larger == "target" else (tiny.target, tiny.padded_close)
+    )
     common = ("run", "-m", str(target), "-p", "the cat sat on the", "-n", "40", "--seed", "5", "--json")
     alone = json.loads(localspec(*common, "-d", "none", "--no-lookup", "--temp", "0").stdout)
     for temp in ("0", "0.8"):
@@ -249,14 +438,41 @@ def test_text_that_is_not_utf8_is_read_with_replacements_everywhere(tiny: TinyMo
 
 def test_a_tiny_context_under_auto_is_no_traceback(tiny: TinyModels, tmp_path: Path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "--ctx", "8", "-p", "moon", "-n", "4", env=env, timeout=120)
+    res = localspec(
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "--ctx",
+        "8",
+        "-p",
+        "moon",
+        "-n",
+        "4",
+        env=env,
+        timeout=120,
+    )
     assert "Traceback" not in res.stderr
     assert res.returncode == 0 or res.stderr.startswith("error: "), res.stderr
 
 
 def test_auto_measures_nothing_before_the_first_token_and_caches_nothing(tiny: TinyModels, tmp_path: Path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    args = ["run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "moon", "-n", "40", "--temp", "0", "--json"]
+    args = [
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "moon",
+        "-n",
+        "40",
+        "--temp",
+        "0",
+        "--json",
+    ]
     res = localspec(*args, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
     stats = json.loads(res.stdout)["stats"]
@@ -267,10 +483,28 @@ def test_auto_measures_nothing_before_the_first_token_and_caches_nothing(tiny: T
 
 
 def test_output_an_ascii_terminal_cannot_show_is_replaced(tiny: TinyModels):
-    args = [*CLI, "run", "-m", str(tiny.target), "-p", "\u00e9t\u00e9 \u4e16", "-n", "30", "--temp", "1", "--seed", "3", "-q"]
-    shown = subprocess.run(args, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"}, timeout=120)
+    args = [
+        *CLI,
+        "run",
+        "-m",
+        str(tiny.target),
+        "-p",
+        "\u00e9t\u00e9 \u4e16",
+        "-n",
+        "30",
+        "--temp",
+        "1",
+        "--seed",
+        "3",
+        "-q",
+    ]
+    shown = subprocess.run(
+        args, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "utf-8"}, timeout=120
+    )
     assert not shown.stdout.isascii()  # the seed's text holds characters ASCII has not
-    res = subprocess.run(args, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"}, timeout=120)
+    res = subprocess.run(
+        args, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"}, timeout=120
+    )
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
     # The same text, each character ASCII cannot show replaced, and nothing else changed.
     assert res.stdout == shown.stdout.decode().encode("ascii", "replace")
@@ -283,7 +517,9 @@ def test_the_prompt_as_an_argument_from_a_file_or_with_p_is_the_same(tiny: TinyM
     file = tmp_path / "prompt.txt"
     file.write_text("the cat sat", encoding="utf-8")
     assert json.loads(localspec(*base, "-f", str(file)).stdout)["tokens"] == by_p
-    assert_one_line_error(localspec(*base, "-p", "x", "the cat"), "give the prompt once, not as PROMPT and -p")
+    assert_one_line_error(
+        localspec(*base, "-p", "x", "the cat"), "give the prompt once, not as PROMPT and -p"
+    )
     assert_one_line_error(localspec(*base, "-f", str(tmp_path / "none.txt")), "cannot read prompt file")
 
 
@@ -302,7 +538,26 @@ def test_quiet_prints_nothing_but_the_text():
 
 
 def test_llama_cpp_short_flags_and_help_panels(tiny: TinyModels):
-    args = ("run", "-m", str(tiny.target), "-md", str(tiny.close), "-c", "300", "-t", "1", "-s", "3", "-ngl", "0", "-p", "moon", "-n", "4", "--json")
+    args = (
+        "run",
+        "-m",
+        str(tiny.target),
+        "-md",
+        str(tiny.close),
+        "-c",
+        "300",
+        "-t",
+        "1",
+        "-s",
+        "3",
+        "-ngl",
+        "0",
+        "-p",
+        "moon",
+        "-n",
+        "4",
+        "--json",
+    )
     res = localspec(*args)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
@@ -324,9 +579,16 @@ def test_help_lists_choices_and_shows_flags_without_a_value():
 def test_json_reports_the_thread_counts(tiny: TinyModels):
     from localspec.backend.hardware import physical_cores
 
-    default = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json").stdout)["stats"]
-    assert default["threads_default"] == physical_cores() and 1 <= default["threads_fewest"] <= default["threads"] <= physical_cores()
-    given = json.loads(localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json", "-t", "1").stdout)["stats"]
+    default = json.loads(
+        localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json").stdout
+    )["stats"]
+    assert (
+        default["threads_default"] == physical_cores()
+        and 1 <= default["threads_fewest"] <= default["threads"] <= physical_cores()
+    )
+    given = json.loads(
+        localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", "--json", "-t", "1").stdout
+    )["stats"]
     assert given["threads"] == given["threads_fewest"] == given["threads_default"] == 1
 
 
@@ -343,8 +605,20 @@ def test_help_is_its_snapshot(command: str):
 
 
 def test_a_spinner_names_the_files_while_they_load(tiny: TinyModels, tmp_path: Path):
-    child = in_terminal("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "4", "--temp", "0",
-                        env={**os.environ, "TERM": "xterm-256color", "XDG_CACHE_HOME": str(tmp_path)})
+    child = in_terminal(
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        env={**os.environ, "TERM": "xterm-256color", "XDG_CACHE_HOME": str(tmp_path)},
+    )
     child.expect_exact(f"loading target {tiny.target.name} (")
     child.expect_exact(f"draft {tiny.close.name} (")
     child.expect(pexpect.EOF)
@@ -355,21 +629,41 @@ def test_a_spinner_names_the_files_while_they_load(tiny: TinyModels, tmp_path: P
 def test_every_path_is_checked_before_any_file_is_parsed(tiny: TinyModels, tmp_path: Path):
     broken = tmp_path / "broken.gguf"
     broken.write_bytes(b"not a gguf at all")
-    assert_one_line_error(localspec("run", "-m", str(broken), "-d", str(tmp_path / "missing.gguf"), "-p", "x"), "draft file not found")
+    assert_one_line_error(
+        localspec("run", "-m", str(broken), "-d", str(tmp_path / "missing.gguf"), "-p", "x"),
+        "draft file not found",
+    )
     # The demo's target is made only once the paths stand: a mistyped -d is told at once.
-    demo = localspec("run", "-d", str(tmp_path / "missing.gguf"), "-p", "x", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")})
+    demo = localspec(
+        "run",
+        "-d",
+        str(tmp_path / "missing.gguf"),
+        "-p",
+        "x",
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+    )
     assert_one_line_error(demo, "draft file not found", alone=False)
-    assert "making the demo target" not in demo.stderr and not (tmp_path / "cache" / "localspec" / "demo").exists()
+    assert (
+        "making the demo target" not in demo.stderr
+        and not (tmp_path / "cache" / "localspec" / "demo").exists()
+    )
 
 
-@pytest.mark.parametrize("args, fragment, listed", [
-    (("run", "--temp", "abc"), "Invalid value for '--temp'", "localspec run --help` lists the options)"),
-    (("run", "--no-such-option"), "No such option: --no-such-option", "localspec run --help` lists the options)"),
-    (("no-such-command",), "No such command 'no-such-command'", "localspec --help` lists the commands)"),
-    (("rnu",), "Did you mean 'run'?", "localspec --help` lists the commands)"),
-    (("index", "bild"), "Did you mean 'build'?", "localspec index --help` lists the commands)"),
-    (("pull",), "Missing argument 'ALIAS'", "localspec pull --help` lists the options)"),
-])
+@pytest.mark.parametrize(
+    "args, fragment, listed",
+    [
+        (("run", "--temp", "abc"), "Invalid value for '--temp'", "localspec run --help` lists the options)"),
+        (
+            ("run", "--no-such-option"),
+            "No such option: --no-such-option",
+            "localspec run --help` lists the options)",
+        ),
+        (("no-such-command",), "No such command 'no-such-command'", "localspec --help` lists the commands)"),
+        (("rnu",), "Did you mean 'run'?", "localspec --help` lists the commands)"),
+        (("index", "bild"), "Did you mean 'build'?", "localspec index --help` lists the commands)"),
+        (("pull",), "Missing argument 'ALIAS'", "localspec pull --help` lists the options)"),
+    ],
+)
 def test_usage_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], fragment: str, listed: str):
     res = localspec(*args)
     line = assert_one_line_error(res, fragment)
@@ -379,20 +673,50 @@ def test_usage_errors_are_one_line_with_exit_code_2(args: tuple[str, ...], fragm
 def test_config_shows_values_as_they_are_typed(tmp_path: Path):
     res = localspec("config", env={**os.environ, "COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path)})
     assert res.returncode == 0, res.stderr
-    rows = {line.split("│")[1].strip(): line.split("│")[4].strip() for line in res.stdout.splitlines() if line.count("│") >= 6}
-    assert rows["lookup_method"] == "ngram" and rows["threads"] == "default" and rows["stop"] == "none" and rows["suffix_cache"] == "true"
+    rows = {
+        line.split("│")[1].strip(): line.split("│")[4].strip()
+        for line in res.stdout.splitlines()
+        if line.count("│") >= 6
+    }
+    assert (
+        rows["lookup_method"] == "ngram"
+        and rows["threads"] == "default"
+        and rows["stop"] == "none"
+        and rows["suffix_cache"] == "true"
+    )
 
 
 def test_models_lists_the_demo_pair(tmp_path: Path):
-    res = localspec("models", "--json", env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)})
+    res = localspec(
+        "models",
+        "--json",
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path)},
+    )
     assert res.returncode == 0, res.stderr
     demo = [row for row in json.loads(res.stdout) if row["embedded"]]
     assert len(demo) == 1 and demo[0]["alias"] is None and demo[0]["draft_files"][0].endswith(".Q4_1.gguf")
 
 
 def test_a_reader_that_stops_reading_ends_the_run_quietly(tiny: TinyModels):
-    proc = subprocess.Popen([*CLI, "run", "-m", str(tiny.target), "-p", "the cat", "-n", "3000", "--ctx", "4096", "--temp", "0", "-q"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "-m",
+            str(tiny.target),
+            "-p",
+            "the cat",
+            "-n",
+            "3000",
+            "--ctx",
+            "4096",
+            "--temp",
+            "0",
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stdout.read(1)  # `head -c 1`
     proc.stdout.close()
     _, err = proc.communicate(timeout=120)
@@ -404,14 +728,23 @@ def test_version_names_the_llama_cpp_build_and_its_backends():
     assert "llama-cpp-python " in out and "backends: " in out and "CPU" in out.split("backends: ")[1]
 
 
-def test_a_chat_template_from_a_file_renders_the_prompt_and_a_bad_one_is_one_line(tiny: TinyModels, tmp_path: Path):
+def test_a_chat_template_from_a_file_renders_the_prompt_and_a_bad_one_is_one_line(
+    tiny: TinyModels, tmp_path: Path
+):
     plain = tmp_path / "plain.jinja"
     plain.write_text("{{ messages[-1]['content'] }}")
     base = ("run", "-m", str(tiny.target), "-p", "the cat", "-n", "2", "--temp", "0", "--json")
     templated = localspec(*base, "--chat-template", str(plain))
     assert templated.returncode == 0 and "no chat template" not in templated.stderr, templated.stderr
     raw = json.loads(localspec(*base, "--raw").stdout)["stats"]
-    assert json.loads(templated.stdout)["stats"]["n_prompt"] == raw["n_prompt"]  # the prompt as it is, nothing around it
+    assert (
+        json.loads(templated.stdout)["stats"]["n_prompt"] == raw["n_prompt"]
+    )  # the prompt as it is, nothing around it
     (tmp_path / "broken.jinja").write_text("{% for m in messages %}")
-    assert_one_line_error(localspec(*base, "--chat-template", str(tmp_path / "broken.jinja")), "--chat-template is not a Jinja template")
-    assert_one_line_error(localspec(*base, "--chat-template", str(tmp_path / "none.jinja")), "--chat-template cannot read")
+    assert_one_line_error(
+        localspec(*base, "--chat-template", str(tmp_path / "broken.jinja")),
+        "--chat-template is not a Jinja template",
+    )
+    assert_one_line_error(
+        localspec(*base, "--chat-template", str(tmp_path / "none.jinja")), "--chat-template cannot read"
+    )

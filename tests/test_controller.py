@@ -182,7 +182,7 @@ def test_a_probe_that_wins_starts_a_new_trial():
     for _ in range(30):
         ctl.update(MODEL, 4, 0)
     assert plan(ctl, 8).limit(MODEL, calibrated=True) == 0  # the estimates say it does not pay
-    for step in range(FIRST_PROBE_AFTER * 2):
+    for _step in range(FIRST_PROBE_AFTER * 2):
         budget = plan(ctl, 8)
         if budget.limit(MODEL, calibrated=True):
             break
@@ -210,7 +210,9 @@ def test_prompt_lookup_needs_two_winning_probes_in_a_row_for_a_new_trial():
         record(ctl, 2, 3 if won else 1, 1.3)
 
     probe(True)  # a match that happened to go on
-    assert ctl.gate("ngram").benched and ctl.gate("ngram").idle_steps == ctl.gate("ngram").probe_interval  # probes again at once
+    assert (
+        ctl.gate("ngram").benched and ctl.gate("ngram").idle_steps == ctl.gate("ngram").probe_interval
+    )  # probes again at once
     probe(False)
     assert ctl.gate("ngram").benched and ctl.gate("ngram").wins == 0
     for _ in range(LOOKUP_PROBE_WINS):
@@ -287,7 +289,6 @@ def test_lookup_match_lengths_share_one_trial_and_one_verdict():
     assert ctl.gate("ngram").benched and ctl.notes == [ctl.notes[0]] and ctl.notes[0].startswith("ngram ")
 
 
-
 def test_a_lookup_match_length_that_does_not_pay_sits_out_and_rechecks_now_and_then():
     ctl = settled(drafts={"ngram": 0.0})
     for _ in range(30):
@@ -299,7 +300,9 @@ def test_a_lookup_match_length_that_does_not_pay_sits_out_and_rechecks_now_and_t
         limits.append(k)
         record(ctl, k, 1, 1.0)
     rechecks = [i for i, k in enumerate(limits) if k]
-    assert rechecks == [RECHECK_AFTER - 1, 3 * RECHECK_AFTER - 1] and limits[rechecks[0]] == PROBE_LENGTH  # less and less often
+    assert (
+        rechecks == [RECHECK_AFTER - 1, 3 * RECHECK_AFTER - 1] and limits[rechecks[0]] == PROBE_LENGTH
+    )  # less and less often
     assert plan(ctl, 8).limit(ngram(4)) > 0 and not ctl.gate("ngram").benched  # lookup goes on
 
 

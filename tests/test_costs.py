@@ -80,7 +80,9 @@ def test_a_load_change_while_drafting_moves_the_level_not_the_shape():
     for _ in range(30):
         costs.observe_verify(5, 0.066)
         costs.observe_verify(3, 0.048)
-    assert costs.relative(3) == pytest.approx(1.6, rel=0.1) and costs.relative(5) == pytest.approx(2.2, rel=0.1)
+    assert costs.relative(3) == pytest.approx(1.6, rel=0.1) and costs.relative(5) == pytest.approx(
+        2.2, rel=0.1
+    )
     assert costs.verify(1) == pytest.approx(0.03, rel=0.1)
 
 
@@ -125,7 +127,9 @@ def test_a_draft_call_is_priced_as_its_first_pass_and_each_later_one():
         costs.observe_draft("draft-model", passes, first + 0.0112 * (passes - 1), first)
     assert costs.draft("draft-model", 6) == pytest.approx(0.0185 + 5 * 0.0112, rel=0.01)
     summary = costs.summary(5)
-    assert summary["draft-model_call_ms"] == pytest.approx(18.5, rel=0.01) and summary["draft-model_pass_ms"] == pytest.approx(11.2, rel=0.01)
+    assert summary["draft-model_call_ms"] == pytest.approx(18.5, rel=0.01) and summary[
+        "draft-model_pass_ms"
+    ] == pytest.approx(11.2, rel=0.01)
     # After a catch-up (left out), all the passes counted are later ones.
     costs.observe_draft("draft-model", 3, 3 * 0.0112)
     assert costs.draft("draft-model", 2) - costs.draft("draft-model", 1) == pytest.approx(0.0112, rel=0.01)
@@ -177,7 +181,9 @@ def test_profiles_by_name_and_from_a_recorded_file(tmp_path):
     assert load_profile("gpu:12").ratio == 12
     assert load_profile("drift").name == "drift:cpu"
     path = tmp_path / "mine.json"
-    path.write_text(json.dumps({"format": FORMAT, "verify": [[1, 0, 0.01], [1, 5, 0.03], [4, 0, 0.05]], "draft": {}}))
+    path.write_text(
+        json.dumps({"format": FORMAT, "verify": [[1, 0, 0.01], [1, 5, 0.03], [4, 0, 0.05]], "draft": {}})
+    )
     mine = load_profile(str(path))
     assert mine.verify(1, 0, 0) == pytest.approx(0.02) and mine.verify(7, 0, 0) == pytest.approx(0.08)
     assert cpu.draft("tree", 3, 0) == cpu.draft("draft-model", 3, 0) > 0 and cpu.draft("ngram", 0, 0) == 0.0

@@ -71,7 +71,12 @@ def test_build_list_lookup_update_and_remove(data_home: Path, smollm2_q4: Path):
     (listed,) = json.loads(index("list", "--json", home=data_home).stdout)
     meta = store.read_meta("code")
     assert listed["name"] == "code" and listed["files"] == 4 and listed["tokens"] == meta.n_tokens > 1000
-    assert sorted(Path(f.path).name for f in meta.files) == ["ngram.py", "notes.md", "suffix.py", "suffix_index.py"]
+    assert sorted(Path(f.path).name for f in meta.files) == [
+        "ngram.py",
+        "notes.md",
+        "suffix.py",
+        "suffix_index.py",
+    ]
 
     # A stretch of a file finds the file: its longest match and what followed it there.
     with Tokenizer.load(smollm2_q4) as tok:
@@ -95,7 +100,10 @@ def test_build_list_lookup_update_and_remove(data_home: Path, smollm2_q4: Path):
     assert res.returncode == 0, res.stderr
     updated, fresh = (store.open_index(store.read_meta(n)) for n in ("code", "fresh"))
     assert np.array_equal(updated.tokens, fresh.tokens)
-    assert all(np.array_equal(updated.keys[n], fresh.keys[n]) and np.array_equal(updated.pos[n], fresh.pos[n]) for n in updated.keys)
+    assert all(
+        np.array_equal(updated.keys[n], fresh.keys[n]) and np.array_equal(updated.pos[n], fresh.pos[n])
+        for n in updated.keys
+    )
 
     for name in ("code", "fresh"):
         res = index("rm", name, home=data_home)
@@ -108,7 +116,22 @@ PROMPT_LINES = 14  # of suffix_index.py: the prompt asks for the rest
 
 
 def run(home: Path, model: Path, prompt: str, *extra: str) -> dict:
-    res = localspec("run", "-m", str(model), "-p", prompt, "--raw", "-n", "48", "--temp", "0", "--json", *extra, timeout=180, env=env_of(home))
+    res = localspec(
+        "run",
+        "-m",
+        str(model),
+        "-p",
+        prompt,
+        "--raw",
+        "-n",
+        "48",
+        "--temp",
+        "0",
+        "--json",
+        *extra,
+        timeout=180,
+        env=env_of(home),
+    )
     assert res.returncode == 0, res.stderr
     return {**json.loads(res.stdout), "stderr": res.stderr}
 
@@ -122,7 +145,9 @@ def test_greedy_output_with_a_datastore_is_the_target_alones(data_home: Path, sm
     # datastore then proposes what the target accepts.
     (src / "said.txt").write_text(prompt + alone["text"])
     assert index("build", "code", str(src), "-m", str(smollm2_q4), home=data_home).returncode == 0
-    drafted = run(data_home, smollm2_q4, prompt, "--datastore", "code", "--draft-mode", "fixed", "--no-suffix-cache")
+    drafted = run(
+        data_home, smollm2_q4, prompt, "--datastore", "code", "--draft-mode", "fixed", "--no-suffix-cache"
+    )
     assert drafted["stats"]["drafter"] == "suffix"
     store_counts = drafted["stats"]["origins"]["datastore"]
     assert store_counts["accepted"] >= 0.5 * drafted["stats"]["n_generated"], drafted["stats"]
@@ -140,19 +165,40 @@ def test_a_damaged_datastore_is_rebuilt_and_bad_ones_are_one_line(data_home: Pat
     assert "damaged" not in run(data_home, smollm2_q4, "def match(", "--datastore", "code")["stderr"]
 
     args = ("run", "-m", str(smollm2_q4), "-p", "hi", "-n", "4")
-    assert_one_line_error(localspec(*args, "--datastore", "nosuch", env=env_of(data_home)), "no datastore named 'nosuch'", alone=False)
-    assert_one_line_error(localspec(*args, "--datastore", "code", "--no-lookup", env=env_of(data_home)), "--datastore drafts by suffix lookup")
-    assert_one_line_error(localspec(*args, "--datastore", "../x", env=env_of(data_home)), "is not a datastore name")
-    assert_one_line_error(index("build", "code", str(data_home / "nowhere"), home=data_home), "no such file or folder")
+    assert_one_line_error(
+        localspec(*args, "--datastore", "nosuch", env=env_of(data_home)),
+        "no datastore named 'nosuch'",
+        alone=False,
+    )
+    assert_one_line_error(
+        localspec(*args, "--datastore", "code", "--no-lookup", env=env_of(data_home)),
+        "--datastore drafts by suffix lookup",
+    )
+    assert_one_line_error(
+        localspec(*args, "--datastore", "../x", env=env_of(data_home)), "is not a datastore name"
+    )
+    assert_one_line_error(
+        index("build", "code", str(data_home / "nowhere"), home=data_home), "no such file or folder"
+    )
     assert_one_line_error(index("build", "a/b", str(src), home=data_home), "is not a datastore name")
 
     # Built by a model of another vocabulary: refused by the target, in one line.
     assert index("build", "tiny", str(src), "-m", str(tiny.target), home=data_home).returncode == 0
-    assert_one_line_error(localspec(*args, "--datastore", "tiny", env=env_of(data_home)), "was built for another vocabulary", alone=False)
-    assert_one_line_error(index("update", "tiny", "-m", str(smollm2_q4), home=data_home), "was built with another vocabulary")
+    assert_one_line_error(
+        localspec(*args, "--datastore", "tiny", env=env_of(data_home)),
+        "was built for another vocabulary",
+        alone=False,
+    )
+    assert_one_line_error(
+        index("update", "tiny", "-m", str(smollm2_q4), home=data_home), "was built with another vocabulary"
+    )
 
     (store.folder("code") / "meta.json").write_text("{not json")
-    assert_one_line_error(localspec(*args, "--datastore", "code", env=env_of(data_home)), "damaged (meta.json is unreadable", alone=False)
+    assert_one_line_error(
+        localspec(*args, "--datastore", "code", env=env_of(data_home)),
+        "damaged (meta.json is unreadable",
+        alone=False,
+    )
     (store.root() / "half").mkdir()  # a folder of the datastores' without its meta.json
     listed = {d["name"]: d for d in json.loads(index("list", "--json", home=data_home).stdout)}
     assert listed["code"]["damaged"].startswith("meta.json is unreadable") and listed["tiny"]["files"] == 5
@@ -160,7 +206,9 @@ def test_a_damaged_datastore_is_rebuilt_and_bad_ones_are_one_line(data_home: Pat
     assert index("list", home=data_home).returncode == 0
 
 
-def test_a_write_that_fails_leaves_the_datastore_before_it_whole(data_home: Path, smollm2_q4: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_write_that_fails_leaves_the_datastore_before_it_whole(
+    data_home: Path, smollm2_q4: Path, monkeypatch: pytest.MonkeyPatch
+):
     src = make_folder(data_home / "src")
     with Tokenizer.load(smollm2_q4) as tok:
         build.build(build.new_meta("code", tok, [src], (), ()), tok)
@@ -171,7 +219,9 @@ def test_a_write_that_fails_leaves_the_datastore_before_it_whole(data_home: Path
             raise OSError(errno.ENOSPC, "No space left on device")
 
         monkeypatch.setattr(np, "save", full)
-        with pytest.raises(LocalspecError, match="cannot write the datastore 'code' .*No space left on device"):
+        with pytest.raises(
+            LocalspecError, match="cannot write the datastore 'code' .*No space left on device"
+        ):
             build.build(build.again(before, tok), tok, before)
     after = store.read_meta("code")
     assert after == before and store.open_index(after).tokens.shape[0] == before.n_tokens + len(before.files)
@@ -189,10 +239,17 @@ def test_serve_drafts_every_request_from_its_datastore(data_home: Path, smollm2_
     served = start("-m", str(smollm2_q4), "--datastore", "code", "--no-suffix-cache")
     try:
         for _ in range(2):
-            status, body, _ = call(served, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 48, "temperature": 0, "speculative.mode": "fixed"})
+            status, body, _ = call(
+                served,
+                "POST",
+                "/v1/completions",
+                {"prompt": prompt, "max_tokens": 48, "temperature": 0, "speculative.mode": "fixed"},
+            )
             assert status == 200, body
             assert body["choices"][0]["text"] == alone["text"]
-            assert body["timings"]["draft_n_accepted"] >= 0.5 * body["usage"]["completion_tokens"], body["timings"]
+            assert body["timings"]["draft_n_accepted"] >= 0.5 * body["usage"]["completion_tokens"], body[
+                "timings"
+            ]
     finally:
         assert served.stop() == 0
 
@@ -202,7 +259,9 @@ def test_beside_a_draft_model_the_datastore_is_chained_before_it(data_home: Path
     assert index("build", "tiny", str(src), "-m", str(tiny.target), home=data_home).returncode == 0
     prompt = (src / "pkg" / "ngram.py").read_text()[:400]
     alone = run(data_home, tiny.target, prompt, "-d", "none", "--no-lookup")
-    chained = run(data_home, tiny.target, prompt, "-d", str(tiny.close), "--datastore", "tiny", "--draft-mode", "fixed")
+    chained = run(
+        data_home, tiny.target, prompt, "-d", str(tiny.close), "--datastore", "tiny", "--draft-mode", "fixed"
+    )
     assert chained["stats"]["drafter"] == "chain" and chained["stats"]["n_drafted"] > 0
     with Model(tiny.target, model_options()) as target:
         assert_greedy_equivalent(target, target.tokenize(prompt), alone["tokens"], chained["tokens"])

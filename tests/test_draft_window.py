@@ -26,7 +26,11 @@ def test_the_view_is_the_sinks_and_a_tail_whose_cut_moves_in_half_windows():
     assert 1024 <= len(tail) < 1536 and tail[0] % 512 == 0
     # A conversation's next turns keep the cut until the context has grown by half a window.
     grown = [shown(list(range(n)), 1024)[DRAFT_SINK_TOKENS] for n in range(5000, 5600, 50)]
-    assert grown[0] == tail[0] and all(b - a in (0, 512) for a, b in zip(grown, grown[1:], strict=False)) and len(set(grown)) <= 2
+    assert (
+        grown[0] == tail[0]
+        and all(b - a in (0, 512) for a, b in zip(grown, grown[1:], strict=False))
+        and len(set(grown)) <= 2
+    )
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +42,9 @@ def draft(tiny: TinyModels):
 def test_a_windowed_draft_reads_only_its_window_and_a_next_turn_only_what_is_new(draft: Model, monkeypatch):
     evaluated: list[int] = []
     decode = draft.decode
-    monkeypatch.setattr(draft, "decode", lambda tokens, *a, **k: (evaluated.append(len(tokens)), decode(tokens, *a, **k))[1])
+    monkeypatch.setattr(
+        draft, "decode", lambda tokens, *a, **k: (evaluated.append(len(tokens)), decode(tokens, *a, **k))[1]
+    )
     rng = random.Random(0)
     context = [rng.randrange(260, 300) for _ in range(3000)]
     view = DraftView(draft)
@@ -47,7 +53,10 @@ def test_a_windowed_draft_reads_only_its_window_and_a_next_turn_only_what_is_new
     window = shown(context, 256)
     assert draft.cached == window[: WARM_TOKENS + TIMED_TOKENS] and view.token_s > 0
     catch_up = view.catch_up(context)
-    assert catch_up is not None and catch_up.tokens == view.behind(context) == len(window) - WARM_TOKENS - TIMED_TOKENS
+    assert (
+        catch_up is not None
+        and catch_up.tokens == view.behind(context) == len(window) - WARM_TOKENS - TIMED_TOKENS
+    )
     view.sync(context)
     assert draft.cached == window and sum(evaluated) == len(window) < 400 and view.catch_up(context) is None
     evaluated.clear()
@@ -62,7 +71,21 @@ def test_greedy_output_at_length_is_the_targets_own_with_a_windowed_draft(tiny: 
     words = "the cat sat on the mat and the dog ran to the big red house in the sun".split()
     rng = random.Random(1)
     (tmp_path / "long.txt").write_text(" ".join(rng.choice(words) for _ in range(360)))
-    common = ("run", "-m", str(tiny.target), "-f", str(tmp_path / "long.txt"), "--raw", "--ctx", "4096", "-n", "48", "--temp", "0", "--json")
+    common = (
+        "run",
+        "-m",
+        str(tiny.target),
+        "-f",
+        str(tmp_path / "long.txt"),
+        "--raw",
+        "--ctx",
+        "4096",
+        "-n",
+        "48",
+        "--temp",
+        "0",
+        "--json",
+    )
     res = localspec(*common, "-d", "none", "--no-lookup")
     assert res.returncode == 0, res.stderr
     alone = json.loads(res.stdout)

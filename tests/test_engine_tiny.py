@@ -13,8 +13,8 @@ from localspec.backend.model import Model
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
-from localspec.engine.clock import SimulatedClock
 from localspec.engine.budgets import FixedBudget
+from localspec.engine.clock import SimulatedClock
 from localspec.engine.events import DoneEvent, StepEvent, TokenEvent, drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
@@ -70,7 +70,12 @@ def test_acceptance_is_high_for_close_and_low_for_poor_draft(tiny, target):
     for name in ("close", "poor"):
         with Model(getattr(tiny, name), model_options()) as d:
             engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-            done = drain(engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=4, draft_mode="fixed")))
+            done = drain(
+                engine.generate(
+                    target.tokenize(PROMPTS[0]),
+                    GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=4, draft_mode="fixed"),
+                )
+            )
             rates[name] = done.stats.acceptance_rate
     assert rates["close"] > 0.6
     assert rates["poor"] < rates["close"]
@@ -81,7 +86,9 @@ def test_greedy_ngram_output_is_identical(target, baselines):
     lookup = DraftSettings(lookup_min=1, lookup_max=3)
     for draft_max in (1, 3, 8):
         for prompt, expected in baselines.items():
-            config = GenerationConfig(max_tokens=96, sampling=GREEDY, draft_max=draft_max, drafting=lookup, draft_mode="fixed")
+            config = GenerationConfig(
+                max_tokens=96, sampling=GREEDY, draft_max=draft_max, drafting=lookup, draft_mode="fixed"
+            )
             done = drain(engine.generate(target.tokenize(prompt), config))
             assert done.tokens == expected
             assert set(done.stats.drafters) <= {"ngram"}
@@ -90,7 +97,12 @@ def test_greedy_ngram_output_is_identical(target, baselines):
 def test_token_events_report_their_source_and_stats_add_up(tiny, target):
     with Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-        events = list(engine.generate(target.tokenize(PROMPTS[1]), GenerationConfig(max_tokens=50, sampling=GREEDY, draft_max=5, draft_mode="fixed")))
+        events = list(
+            engine.generate(
+                target.tokenize(PROMPTS[1]),
+                GenerationConfig(max_tokens=50, sampling=GREEDY, draft_max=5, draft_mode="fixed"),
+            )
+        )
     tokens = [e for e in events if isinstance(e, TokenEvent)]
     steps = [e for e in events if isinstance(e, StepEvent)]
     done = events[-1]
@@ -114,18 +126,28 @@ def test_draft_min_drafts_that_many_before_p_min_or_auto_may_stop(tiny, target, 
         # With p-min near 1 every draft would stop at once; draft-min 3 drafts three tokens anyway.
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", dear)
         config = GenerationConfig(
-            max_tokens=40, sampling=SamplingParams(temperature=temperature), seed=3, draft_max=8, draft_min=3, draft_mode=mode,
+            max_tokens=40,
+            sampling=SamplingParams(temperature=temperature),
+            seed=3,
+            draft_max=8,
+            draft_min=3,
+            draft_mode=mode,
             drafting=DraftSettings(p_min=0.9999),
         )
         events = list(engine.generate(target.tokenize(PROMPTS[0]), config))
     # A step drafts three tokens or none (auto may decide drafting does not pay; -n leaves no room).
     steps = [e for e in events if isinstance(e, StepEvent)]
-    assert steps[0].drafted == (0 if mode == "auto" else 3)  # a fresh auto engine times the target alone first
+    assert steps[0].drafted == (
+        0 if mode == "auto" else 3
+    )  # a fresh auto engine times the target alone first
     assert any(s.drafted == 3 for s in steps)
     generated = 0
     for step in steps:
         room = 40 - generated - 1  # draft tokens that fit before -n
-        assert step.drafted in ((0, 3) if mode == "auto" and room >= 3 else (3,) if room >= 3 else (0,)), (generated, step)
+        assert step.drafted in ((0, 3) if mode == "auto" and room >= 3 else (3,) if room >= 3 else (0,)), (
+            generated,
+            step,
+        )
         generated += step.emitted
 
 
@@ -155,7 +177,9 @@ def test_draft_min_drops_a_short_lookup_match(target):
     draft = lookup.propose(prompt, FixedBudget(4), GREEDY, np.random.default_rng(0))
     assert 0 < len(draft.tokens) < 3
     engine = SpeculativeEngine(target, lookup, "ngram")
-    config = GenerationConfig(max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3, drafting=unigrams, draft_mode="fixed")
+    config = GenerationConfig(
+        max_tokens=8, sampling=GREEDY, draft_max=4, draft_min=3, drafting=unigrams, draft_mode="fixed"
+    )
     events = list(engine.generate(prompt, config))
     assert [e.drafted for e in events if isinstance(e, StepEvent)][0] == 0
 
@@ -163,11 +187,19 @@ def test_draft_min_drops_a_short_lookup_match(target):
 def test_seed_makes_sampling_reproducible(tiny, target):
     with Model(tiny.poor, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
-        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=1234, draft_max=4, draft_mode="fixed")
+        config = GenerationConfig(
+            max_tokens=40,
+            sampling=SamplingParams(temperature=1.0),
+            seed=1234,
+            draft_max=4,
+            draft_mode="fixed",
+        )
         prompt = target.tokenize(PROMPTS[0])
         first = drain(engine.generate(prompt, config)).tokens
         assert drain(engine.generate(prompt, config)).tokens == first
-        other = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=99, draft_max=4, draft_mode="fixed")
+        other = GenerationConfig(
+            max_tokens=40, sampling=SamplingParams(temperature=1.0), seed=99, draft_max=4, draft_mode="fixed"
+        )
         assert drain(engine.generate(prompt, other)).tokens != first
 
 
@@ -175,14 +207,22 @@ def test_prompt_longer_than_context_is_refused(tiny):
     with Model(tiny.target, model_options(n_ctx=256)) as m:  # llama.cpp's smallest context
         engine = SpeculativeEngine(m, None)
         with pytest.raises(LocalspecError, match="longer than the context"):
-            drain(engine.generate(m.tokenize("the cat sat on the mat " * 12), GenerationConfig(draft_mode="fixed")))
+            drain(
+                engine.generate(
+                    m.tokenize("the cat sat on the mat " * 12), GenerationConfig(draft_mode="fixed")
+                )
+            )
 
 
 def test_generation_stops_when_context_is_full(tiny):
     with Model(tiny.target, model_options(n_ctx=256)) as m, Model(tiny.close, model_options(n_ctx=256)) as d:
         engine = SpeculativeEngine(m, DraftModelDrafter(d), "draft-model")
         prompt = m.tokenize("moon")
-        done = drain(engine.generate(prompt, GenerationConfig(max_tokens=500, sampling=GREEDY, draft_max=8, draft_mode="fixed")))
+        done = drain(
+            engine.generate(
+                prompt, GenerationConfig(max_tokens=500, sampling=GREEDY, draft_max=8, draft_mode="fixed")
+            )
+        )
     assert done.stop_reason == "length"
     assert len(prompt) + len(done.tokens) == 257  # every position used, plus the token never evaluated
 
@@ -192,7 +232,11 @@ def test_cancel_stops_generation(tiny, target):
 
     cancel = threading.Event()
     engine = SpeculativeEngine(target, None)
-    events = engine.generate(target.tokenize(PROMPTS[0]), GenerationConfig(max_tokens=500, sampling=GREEDY, draft_mode="fixed"), cancel)
+    events = engine.generate(
+        target.tokenize(PROMPTS[0]),
+        GenerationConfig(max_tokens=500, sampling=GREEDY, draft_mode="fixed"),
+        cancel,
+    )
     seen = 0
     done = None
     for ev in events:
@@ -242,18 +286,26 @@ def test_auto_mode_is_lossless_and_drafts_less_when_drafts_fail(tiny, target, ba
 
 def test_draft_tokens_past_the_end_count_as_neither_accepted_nor_generated(tiny, target):
     prompt = target.tokenize(PROMPTS[0])
-    text = drain(SpeculativeEngine(target, None).generate(prompt, GenerationConfig(max_tokens=60, sampling=GREEDY, draft_mode="fixed"))).text
+    text = drain(
+        SpeculativeEngine(target, None).generate(
+            prompt, GenerationConfig(max_tokens=60, sampling=GREEDY, draft_mode="fixed")
+        )
+    ).text
     with Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(target, DraftModelDrafter(d), "draft-model")
         for cut in range(10, 50, 3):  # stop strings that end generation in the middle of a step
-            config = GenerationConfig(max_tokens=60, sampling=GREEDY, draft_max=8, draft_mode="fixed", stop=(text[cut : cut + 3],))
+            config = GenerationConfig(
+                max_tokens=60, sampling=GREEDY, draft_max=8, draft_mode="fixed", stop=(text[cut : cut + 3],)
+            )
             events = list(engine.generate(prompt, config))
             done = events[-1]
             s = done.stats
             assert s.n_generated == len(done.tokens)
             assert s.n_accepted <= s.n_generated and s.n_accepted <= s.n_drafted
             drafted_tokens = sum(1 for e in events if isinstance(e, TokenEvent) and e.source)
-            assert drafted_tokens == s.n_accepted == sum(e.accepted for e in events if isinstance(e, StepEvent))
+            assert (
+                drafted_tokens == s.n_accepted == sum(e.accepted for e in events if isinstance(e, StepEvent))
+            )
             assert sum(e.emitted for e in events if isinstance(e, StepEvent)) == s.n_generated
 
 
@@ -269,7 +321,11 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
     options = replace(model_options(), n_seq_max=3)
     sampled = SamplingParams(temperature=0.9, top_k=20)
     base = GenerationConfig(max_tokens=40, sampling=sampled, seed=11, verify="coupled", draft_mode="fixed")
-    with Model(tiny.target, options) as target, Model(tiny.close, options) as close, Model(tiny.poor, options) as poor:
+    with (
+        Model(tiny.target, options) as target,
+        Model(tiny.close, options) as close,
+        Model(tiny.poor, options) as poor,
+    ):
         prompt = target.tokenize(PROMPTS[0])
         alone = drain(SpeculativeEngine(target, None).generate(prompt, base)).tokens
         engines = {
@@ -277,7 +333,12 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
             "poor": (SpeculativeEngine(target, DraftModelDrafter(poor), "draft-model"), "fixed"),
             "ngram": (SpeculativeEngine(target, NgramDrafter(), "ngram"), "fixed"),
             "tree": (SpeculativeEngine(target, TreeDrafter(close, 3), "tree"), "fixed"),
-            "auto": (SpeculativeEngine(target, DraftModelDrafter(close), "draft-model", clock({1: 1.0, 8: 1.2}, 0.1)), "auto"),
+            "auto": (
+                SpeculativeEngine(
+                    target, DraftModelDrafter(close), "draft-model", clock({1: 1.0, 8: 1.2}, 0.1)
+                ),
+                "auto",
+            ),
         }
         drafted = {}
         for name, (engine, mode) in engines.items():
@@ -286,7 +347,9 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
                 assert done.tokens == alone, (name, draft_max)
                 drafted[name] = drafted.get(name, 0) + done.stats.n_drafted
                 if name == "poor":
-                    assert done.stats.n_accepted < done.stats.n_drafted  # rejections happened, and changed nothing
+                    assert (
+                        done.stats.n_accepted < done.stats.n_drafted
+                    )  # rejections happened, and changed nothing
         assert all(drafted[name] > 0 for name in ("close", "poor", "tree", "auto"))
         other_seed = drain(SpeculativeEngine(target, None).generate(prompt, replace(base, seed=12))).tokens
         second_reply = list(SpeculativeEngine(target, None).generate(prompt, base, generation=1))[-1].tokens
@@ -303,7 +366,9 @@ def test_a_generation_abandoned_midway_still_ends_its_drafter(target: Model):
             ended.append(list(context))
 
     prompt = target.tokenize(PROMPTS[0])
-    events = SpeculativeEngine(target, Recording(), "ngram").generate(prompt, GenerationConfig(max_tokens=40, sampling=GREEDY, draft_mode="fixed"))
+    events = SpeculativeEngine(target, Recording(), "ngram").generate(
+        prompt, GenerationConfig(max_tokens=40, sampling=GREEDY, draft_mode="fixed")
+    )
     tokens = []
     for ev in events:
         if isinstance(ev, TokenEvent):
@@ -334,30 +399,46 @@ class Swing:
 
 
 @pytest.mark.parametrize("after", [math.inf, 0.2])
-def test_the_speedup_estimate_is_what_the_steps_did_whatever_the_load(tiny: TinyModels, target: Model, after: float):
+def test_the_speedup_estimate_is_what_the_steps_did_whatever_the_load(
+    tiny: TinyModels, target: Model, after: float
+):
     """Each step is priced against a one-token pass at its own moment: the target alone reads 1x
     under any load, and a draft's estimate is the speedup it had against the target alone under
     the same costs, a load that triples mid-run included (simulated time: the truth is known)."""
     prompt = target.tokenize(PROMPTS[1])
     config = GenerationConfig(max_tokens=80, sampling=GREEDY, draft_max=4, draft_mode="auto")
-    alone = drain(SpeculativeEngine(target, None, clock=SimulatedClock(Swing(after))).generate(prompt, config)).stats
+    alone = drain(
+        SpeculativeEngine(target, None, clock=SimulatedClock(Swing(after))).generate(prompt, config)
+    ).stats
     assert alone.speedup_estimate == pytest.approx(1.0)
     with Model(tiny.close, model_options()) as d:
-        spec = drain(SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(after))).generate(prompt, config)).stats
+        spec = drain(
+            SpeculativeEngine(
+                target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(after))
+            ).generate(prompt, config)
+        ).stats
     truth = (alone.elapsed_s / alone.n_generated) / (spec.elapsed_s / spec.n_generated)
     assert spec.n_steps_drafted > 0 and spec.speedup_estimate == pytest.approx(truth, rel=0.1)
 
 
 @pytest.mark.parametrize("max_tokens", [8, 14])
-def test_the_speedup_estimate_of_a_short_run_counts_its_first_drafted_steps(tiny: TinyModels, target: Model, max_tokens: int):
+def test_the_speedup_estimate_of_a_short_run_counts_its_first_drafted_steps(
+    tiny: TinyModels, target: Model, max_tokens: int
+):
     """A run of a few steps (a JSON reply, a short answer) drafts at widths not timed before its
     step: each step is priced once the run is over, the first wide one too, so the estimate is the
     run's speedup and not that of its last step alone (simulated time: the truth is known)."""
     prompt = target.tokenize(PROMPTS[1])
     config = GenerationConfig(max_tokens=max_tokens, sampling=GREEDY, draft_max=8, draft_mode="auto")
-    alone = drain(SpeculativeEngine(target, None, clock=SimulatedClock(Swing(math.inf))).generate(prompt, config)).stats
+    alone = drain(
+        SpeculativeEngine(target, None, clock=SimulatedClock(Swing(math.inf))).generate(prompt, config)
+    ).stats
     with Model(tiny.close, model_options()) as d:
-        spec = drain(SpeculativeEngine(target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(math.inf))).generate(prompt, config)).stats
+        spec = drain(
+            SpeculativeEngine(
+                target, DraftModelDrafter(d), "draft-model", clock=SimulatedClock(Swing(math.inf))
+            ).generate(prompt, config)
+        ).stats
     truth = (alone.elapsed_s / alone.n_generated) / (spec.elapsed_s / spec.n_generated)
     assert spec.n_steps <= 6 and spec.n_steps_drafted > 0 and truth > 1.1
     assert spec.speedup_estimate == pytest.approx(truth, rel=0.15)

@@ -18,7 +18,10 @@ from localspec.cli.pull import described
 @pytest.fixture
 def fresh(tmp_path: Path) -> dict[str, str]:
     """An environment with nothing pulled, configured or cached."""
-    return {**os.environ, **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "CACHE", "STATE")}}
+    return {
+        **os.environ,
+        **{f"XDG_{d}_HOME": str(tmp_path / d.lower()) for d in ("CONFIG", "DATA", "CACHE", "STATE")},
+    }
 
 
 def test_a_shipped_alias_where_the_prompt_goes_is_taken_as_the_model(fresh):
@@ -26,7 +29,9 @@ def test_a_shipped_alias_where_the_prompt_goes_is_taken_as_the_model(fresh):
     alone = localspec("run", "llama3.1-8b", "-n", "5", input="", env=fresh)
     assert_one_line_error(alone, "no prompt for llama3.1-8b: give it after the model")
     with_prompt = localspec("run", "llama3.1-8b", "Why is the sky blue?", "-n", "5", env=fresh)
-    assert_one_line_error(with_prompt, "llama3.1-8b is not pulled: run `localspec pull llama3.1-8b` first", alone=False)
+    assert_one_line_error(
+        with_prompt, "llama3.1-8b is not pulled: run `localspec pull llama3.1-8b` first", alone=False
+    )
     both = localspec("run", "-m", "qwen3-32b", "llama3.1-8b", "-n", "5", env=fresh)
     line = assert_one_line_error(both, "'llama3.1-8b' names a model, and -m names 'qwen3-32b'")
     assert "-p" in line  # how to send it as text
@@ -38,7 +43,10 @@ def test_a_gguf_where_the_prompt_goes_is_the_model_and_the_rest_the_prompt(tiny:
     usual = json.loads(localspec("run", "-m", str(tiny.target), "the cat", *args, env=fresh).stdout)
     assert first["model_files"]["target"] == str(tiny.target) and first["tokens"] == usual["tokens"]
     # Words that name no model are the prompt, joined, as ollama joins them.
-    assert json.loads(localspec("run", "-m", str(tiny.target), "the", "cat", *args, env=fresh).stdout)["tokens"] == usual["tokens"]
+    assert (
+        json.loads(localspec("run", "-m", str(tiny.target), "the", "cat", *args, env=fresh).stdout)["tokens"]
+        == usual["tokens"]
+    )
 
 
 def test_ollamas_list_ls_and_ps(fresh):
@@ -53,7 +61,10 @@ def test_ollamas_list_ls_and_ps(fresh):
 
 
 def test_pull_states_an_aliases_facts_in_words():
-    assert described({"license": "llama3.1", "gated": False, "memory_gb": 7}) == "license llama3.1 · not gated · needs ~7 GB of memory"
+    assert (
+        described({"license": "llama3.1", "gated": False, "memory_gb": 7})
+        == "license llama3.1 · not gated · needs ~7 GB of memory"
+    )
     assert described({"gated": True}) == "gated: accept its terms on the Hub first"
     assert described({}) == ""
 

@@ -19,7 +19,17 @@ from localspec.errors import LocalspecError
 
 # Texts that break the vectorised walk's runs: empty, long (a length field with a non-zero second
 # byte), and zero bytes that look like a length field's.
-AWKWARD = ["", "a", "x" * 255, "y" * 256, "z" * 300, "é世", "a\x00\x00\x00\x00\x00\x00\x00b", "\x05\x00\x00\x00\x00\x00\x00\x00", ""]
+AWKWARD = [
+    "",
+    "a",
+    "x" * 255,
+    "y" * 256,
+    "z" * 300,
+    "é世",
+    "a\x00\x00\x00\x00\x00\x00\x00b",
+    "\x05\x00\x00\x00\x00\x00\x00\x00",
+    "",
+]
 
 
 def _write(path: Path, strings: list[str]) -> Path:
@@ -38,7 +48,7 @@ def _write(path: Path, strings: list[str]) -> Path:
 def test_string_arrays_read_as_the_gguf_package_reads_them(tmp_path: Path, seed: int):
     rng = np.random.default_rng(seed)
     words = [f"w{i}" * int(rng.integers(1, 6)) for i in range(3000)]
-    for i, awkward in zip(rng.choice(len(words), len(AWKWARD), replace=False), AWKWARD):
+    for i, awkward in zip(rng.choice(len(words), len(AWKWARD), replace=False), AWKWARD, strict=False):
         words[i] = awkward
     path = _write(tmp_path / "s.gguf", words)
     info = check_gguf(path)
@@ -46,16 +56,22 @@ def test_string_arrays_read_as_the_gguf_package_reads_them(tmp_path: Path, seed:
     assert [strings.text(i).decode() for i in range(len(strings))] == words  # type: ignore[union-attr]
     assert info.fields["test.after"] == 7  # what follows the array is read from the right place
     reference = gguf.GGUFReader(str(path))
-    assert [(t.name, t.data_offset, t.n_bytes) for t in reference.tensors] == [(t.name, t.offset, t.n_bytes) for t in info.tensors]
+    assert [(t.name, t.data_offset, t.n_bytes) for t in reference.tensors] == [
+        (t.name, t.offset, t.n_bytes) for t in info.tensors
+    ]
 
 
 def test_a_real_models_header_reads_as_the_gguf_package_reads_it(smollm2_q4: Path):
     info = check_gguf(smollm2_q4)
     reference = gguf.GGUFReader(str(smollm2_q4))
-    assert [(t.name, t.data_offset, t.n_bytes) for t in reference.tensors] == [(t.name, t.offset, t.n_bytes) for t in info.tensors]
+    assert [(t.name, t.data_offset, t.n_bytes) for t in reference.tensors] == [
+        (t.name, t.offset, t.n_bytes) for t in info.tensors
+    ]
     tokens = info.tokens()
     assert tokens is not None
-    assert [tokens.text(i).decode() for i in range(len(tokens))] == reference.fields["tokenizer.ggml.tokens"].contents()
+    assert [tokens.text(i).decode() for i in range(len(tokens))] == reference.fields[
+        "tokenizer.ggml.tokens"
+    ].contents()
     assert info.fields["general.architecture"] == "llama"
 
 
@@ -70,7 +86,10 @@ def test_every_cut_of_the_header_is_refused_in_one_line(tmp_path: Path):
             check_gguf(part)
 
 
-@pytest.mark.parametrize("key", ["block_count", "embedding_length", "context_length", "attention.head_count", "rope.dimension_count"])
+@pytest.mark.parametrize(
+    "key",
+    ["block_count", "embedding_length", "context_length", "attention.head_count", "rope.dimension_count"],
+)
 def test_a_header_size_of_zero_is_refused_before_llama_cpp_divides_by_it(tmp_path: Path, key: str):
     # block_count = 0 made llama.cpp abort the process; the others, a reduction over nothing.
     path = write_tiny_llama(tmp_path / "crafted.gguf", TinySpec(header=((f"llama.{key}", 0),)))

@@ -17,8 +17,8 @@ from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.tree import TreeDrafter
-from localspec.engine.events import drain
 from localspec.engine.budgets import FixedBudget
+from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.sampling.constrain import constrained
@@ -26,7 +26,10 @@ from localspec.sampling.dist import SamplingParams, final_dist
 
 GREEDY = SamplingParams(temperature=0.0)
 # Words of the tiny vocabulary, each a token, separated by spaces: a sentence of three to six.
-WORDS_GBNF = 'root ::= word (word)? (word)? (word)? (word)? (word)?\nword ::= " the" | " cat" | " sat" | " on" | " mat" | " dog" | " ran"'
+WORDS_GBNF = (
+    'root ::= word (word)? (word)? (word)? (word)? (word)?\nword ::= " the" | " cat" | " sat" | " '
+    'on" | " mat" | " dog" | " ran"'
+)
 
 PARAMS = [
     GREEDY,
@@ -49,7 +52,7 @@ def test_constrained_logits_sample_as_a_whole_mask_does(params: SamplingParams, 
         allowed_set = rng.random(vocab) < share
         allowed_set[rng.integers(vocab)] = True
 
-        def allowed(ids: np.ndarray) -> np.ndarray:
+        def allowed(ids: np.ndarray, allowed_set: np.ndarray = allowed_set) -> np.ndarray:
             asked.append(len(ids))
             return allowed_set[ids]
 
@@ -99,7 +102,11 @@ def test_grammars_and_schemas_that_cannot_be_used_say_why():
     assert "no rule named root" in (gbnf_problem('start ::= "a"') or "")
     assert "Undefined rule" in (gbnf_problem('root ::= "a" missing') or "")
     assert "root ::=" in schema_grammar('{"type": "object", "properties": {"a": {"type": "integer"}}}')
-    for text, fragment in (("{nope", "is not JSON"), ("[1]", "must be a JSON object"), ('{"type": "bogus"}', "cannot be turned into a grammar")):
+    for text, fragment in (
+        ("{nope", "is not JSON"),
+        ("[1]", "must be a JSON object"),
+        ('{"type": "bogus"}', "cannot be turned into a grammar"),
+    ):
         with pytest.raises(ValueError, match=fragment):
             schema_grammar(text)
 
@@ -141,7 +148,9 @@ def test_greedy_output_under_a_grammar_is_the_constrained_target_alones(models, 
         "chain": lambda: ChainDrafter([NgramDrafter(), DraftModelDrafter(draft, target.n_vocab)]),
         "lookup": NgramDrafter,
     }[drafter]()
-    config = GenerationConfig(max_tokens=12, sampling=GREEDY, draft_mode="fixed", grammar=WORDS_GBNF, draft_max=4)
+    config = GenerationConfig(
+        max_tokens=12, sampling=GREEDY, draft_mode="fixed", grammar=WORDS_GBNF, draft_max=4
+    )
     alone = SpeculativeEngine(target, None)
     engine = SpeculativeEngine(target, made, drafter)
     drafted = 0
@@ -173,14 +182,22 @@ def test_sampled_output_under_a_grammar_matches_it(models):
     target, draft = models
     engine = SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model")
     for seed in range(20):
-        config = GenerationConfig(max_tokens=12, sampling=SamplingParams(temperature=1.0, top_k=0), seed=seed, draft_mode="fixed", grammar=WORDS_GBNF)
+        config = GenerationConfig(
+            max_tokens=12,
+            sampling=SamplingParams(temperature=1.0, top_k=0),
+            seed=seed,
+            draft_mode="fixed",
+            grammar=WORDS_GBNF,
+        )
         done = drain(engine.generate(target.tokenize("the cat"), config))
         assert re.fullmatch(r"( (the|cat|sat|on|mat|dog|ran)){1,6}", done.text), done.text
 
 
 def test_a_schemas_strings_hold_no_raw_control_characters(models):
     target, _ = models
-    grammar = Grammar.compile(target.vocab, schema_grammar('{"type": "object", "properties": {"a": {"type": "string"}}}'))
+    grammar = Grammar.compile(
+        target.vocab, schema_grammar('{"type": "object", "properties": {"a": {"type": "string"}}}')
+    )
     byte = {target.piece(t): t for t in range(target.n_vocab) if len(target.piece(t)) == 1}
     for ch in (b"{", b'"'):
         grammar.accept(byte[ch])
@@ -192,14 +209,33 @@ def test_a_schemas_strings_hold_no_raw_control_characters(models):
 def test_run_takes_a_grammar_file_and_says_in_one_line_what_is_wrong_with_one(tiny: TinyModels, tmp_path):
     gbnf = tmp_path / "words.gbnf"
     gbnf.write_text(WORDS_GBNF)
-    res = localspec("run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "12", "--temp", "0", "--grammar", str(gbnf), "--json")
+    res = localspec(
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "12",
+        "--temp",
+        "0",
+        "--grammar",
+        str(gbnf),
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     assert re.fullmatch(r"( (the|cat|sat|on|mat|dog|ran)){1,6}", json.loads(res.stdout)["text"])
     (tmp_path / "bad.gbnf").write_text("root ::= (")
     (tmp_path / "bad.json").write_text('{"type": "bogus"}')
     for flag, path, fragment in (
         ("--grammar", tmp_path / "missing.gbnf", "--grammar cannot read"),
-        ("--grammar", tmp_path / "bad.gbnf", "--grammar is not a GBNF grammar llama.cpp parses: expecting ')'"),
+        (
+            "--grammar",
+            tmp_path / "bad.gbnf",
+            "--grammar is not a GBNF grammar llama.cpp parses: expecting ')'",
+        ),
         ("--json-schema", tmp_path / "bad.json", "--json-schema cannot be turned into a grammar"),
     ):
         res = localspec("run", "-m", str(tiny.target), "-p", "the cat", "-n", "4", flag, str(path))

@@ -60,8 +60,12 @@ def imports(path: Path) -> set[str]:
 
 def layer(module: str) -> int:
     best = max(
-        ((len(prefix), i) for i, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes
-         if module == prefix or module.startswith(prefix + ".")),
+        (
+            (len(prefix), i)
+            for i, (_, prefixes) in enumerate(LAYERS)
+            for prefix in prefixes
+            if module == prefix or module.startswith(prefix + ".")
+        ),
     )
     return best[1]
 
@@ -91,7 +95,7 @@ def test_no_import_cycles():
         state[m] = 1
         for dep in sorted(GRAPH.get(m, ())):
             if state.get(dep) == 1:
-                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(dep):], dep]))
+                raise AssertionError("import cycle: " + " -> ".join([*path[path.index(dep) :], dep]))
             if dep not in state:
                 visit(dep, [*path, dep])
         state[m] = 2
@@ -102,7 +106,9 @@ def test_no_import_cycles():
 
 
 def test_no_module_is_longer_than_300_lines():
-    long = {m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {
+        m: n for m, p in MODULES.items() if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
     assert not long, long
 
 
@@ -122,12 +128,18 @@ def long_functions(path: Path, limit: int) -> dict[str, int]:
     return {
         node.name: node.end_lineno - node.lineno + 1
         for node in ast.walk(tree)
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > limit
     }
 
 
 def test_no_engine_function_is_longer_than_60_lines():
-    long = {f"{m}.{name}": n for m, p in MODULES.items() if m.startswith("localspec.engine") for name, n in long_functions(p, MAX_FUNCTION_LINES).items()}
+    long = {
+        f"{m}.{name}": n
+        for m, p in MODULES.items()
+        if m.startswith("localspec.engine")
+        for name, n in long_functions(p, MAX_FUNCTION_LINES).items()
+    }
     assert not long, long
 
 
@@ -148,6 +160,9 @@ def test_the_checks_see_a_violation():
 def test_llama_cpps_libraries_load_before_numpys():
     """Any module of the package, imported first, has llama.cpp's libraries loaded before NumPy's
     (a CUDA build segfaulted loading models the other way round: localspec/__init__.py)."""
-    probe = "import sys, localspec.sampling.dist; m = list(sys.modules); print(m.index('llama_cpp.llama_cpp') < m.index('numpy'))"
+    probe = (
+        "import sys, localspec.sampling.dist; m = list(sys.modules); "
+        "print(m.index('llama_cpp.llama_cpp') < m.index('numpy'))"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"

@@ -25,7 +25,9 @@ TOLERANCE = 1e-2
 SAMPLED = SamplingParams(temperature=0.8, top_k=20, top_p=0.95, min_p=0.05)
 
 
-def reference(target: Model, prompt: list[int], tokens: list[int], params: SamplingParams) -> list[np.ndarray]:
+def reference(
+    target: Model, prompt: list[int], tokens: list[int], params: SamplingParams
+) -> list[np.ndarray]:
     """The log-probabilities over the vocabulary before each token, from one-token passes of the
     target alone."""
     target.resume([])
@@ -45,8 +47,14 @@ def reference(target: Model, prompt: list[int], tokens: list[int], params: Sampl
 @pytest.mark.parametrize("params", [SamplingParams(temperature=0.0), SAMPLED], ids=["greedy", "sampled"])
 def test_logprobs_are_the_targets_own_whoever_proposed_the_token(tiny: TinyModels, params: SamplingParams):
     options = replace(model_options(), n_seq_max=3)
-    config = GenerationConfig(max_tokens=40, sampling=params, seed=5, draft_mode="fixed", draft_max=5, logprobs=TOP)
-    with Model(tiny.target, options) as target, Model(tiny.close, options) as close, Model(tiny.poor, options) as poor:
+    config = GenerationConfig(
+        max_tokens=40, sampling=params, seed=5, draft_mode="fixed", draft_max=5, logprobs=TOP
+    )
+    with (
+        Model(tiny.target, options) as target,
+        Model(tiny.close, options) as close,
+        Model(tiny.poor, options) as poor,
+    ):
         prompt = target.tokenize(PROMPT)
         engines = {
             "alone": SpeculativeEngine(target, None),
@@ -57,12 +65,22 @@ def test_logprobs_are_the_targets_own_whoever_proposed_the_token(tiny: TinyModel
         sources, apart = set(), {}
         for name, engine in engines.items():
             events = [e for e in engine.generate(prompt, config) if isinstance(e, TokenEvent)]
-            for ev, logp in zip(events, reference(target, prompt, [e.token for e in events], params), strict=True):
+            for ev, logp in zip(
+                events, reference(target, prompt, [e.token for e in events], params), strict=True
+            ):
                 # At temp > 0 only tokens the sampler could draw: top-p and min-p may leave fewer.
-                assert ev.logprob is not None and len(ev.logprob.top) == min(TOP, int(np.isfinite(logp).sum()))
+                assert ev.logprob is not None and len(ev.logprob.top) == min(
+                    TOP, int(np.isfinite(logp).sum())
+                )
                 top_ids, top_lps = [t for t, _ in ev.logprob.top], [lp for _, lp in ev.logprob.top]
-                assert top_lps == sorted(top_lps, reverse=True) and set(top_ids) <= set(np.argsort(-logp)[: TOP + 2])
-                apart[name] = max(apart.get(name, 0.0), abs(ev.logprob.logprob - logp[ev.token]), *np.abs(np.array(top_lps) - logp[top_ids]))
+                assert top_lps == sorted(top_lps, reverse=True) and set(top_ids) <= set(
+                    np.argsort(-logp)[: TOP + 2]
+                )
+                apart[name] = max(
+                    apart.get(name, 0.0),
+                    abs(ev.logprob.logprob - logp[ev.token]),
+                    *np.abs(np.array(top_lps) - logp[top_ids]),
+                )
                 sources.add(ev.source is None)
         assert max(apart.values()) < TOLERANCE, apart
         assert sources == {True, False}  # drafted tokens and the target's own both checked
@@ -71,5 +89,9 @@ def test_logprobs_are_the_targets_own_whoever_proposed_the_token(tiny: TinyModel
 def test_no_logprobs_unless_asked(tiny: TinyModels):
     with Model(tiny.target, model_options()) as target:
         config = GenerationConfig(max_tokens=6, sampling=SamplingParams(temperature=0.0))
-        events = [e for e in SpeculativeEngine(target, None).generate(target.tokenize(PROMPT), config) if isinstance(e, TokenEvent)]
+        events = [
+            e
+            for e in SpeculativeEngine(target, None).generate(target.tokenize(PROMPT), config)
+            if isinstance(e, TokenEvent)
+        ]
         assert events and all(e.logprob is None for e in events)

@@ -19,9 +19,10 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.view import TIMED_TOKENS, WARM_TOKENS
 from localspec.engine.accounting import expected_left
-from localspec.engine.controller import READ_UNDECIDED_STEPS, AutoController
 from localspec.engine.clock import GpuProfile, SimulatedClock
+from localspec.engine.controller import AutoController
 from localspec.engine.events import GenerationStats, drain
+from localspec.engine.reading import READ_UNDECIDED_STEPS
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams
 
@@ -58,7 +59,9 @@ def test_a_short_answer_cannot_pay_for_reading_and_the_draft_waits_with_one_note
     ctl = controller()
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=10) == 0
     assert drafts(ctl, CatchUp(1001, CHEAP), remaining=9) == 0
-    assert len(ctl.notes) == 1 and ctl.notes[0].startswith("draft-model waited: reading 1000 tokens first (~5.0s)")
+    assert len(ctl.notes) == 1 and ctl.notes[0].startswith(
+        "draft-model waited: reading 1000 tokens first (~5.0s)"
+    )
     ctl.start()  # the next generation says so again
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=10) == 0 and len(ctl.notes) == 2
 
@@ -77,10 +80,16 @@ def test_before_a_wide_pass_is_timed_at_this_length_the_reading_waits_for_one():
         assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0
     assert not ctl.notes  # undecided, not declined
     ctl.costs.observe_verify(5, 4.1)  # a CPU's 5-token pass after 4k tokens: drafting cannot pay
-    assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0 and ctl.notes[-1].startswith("draft-model waited")
-    cheap = AutoController(live_costs({1: 1.0}))  # a GPU's: no wide pass ever timed, then the nearest shape decides
+    assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0 and ctl.notes[-1].startswith(
+        "draft-model waited"
+    )
+    cheap = AutoController(
+        live_costs({1: 1.0})
+    )  # a GPU's: no wide pass ever timed, then the nearest shape decides
     cheap.costs.observe_prompt(2000, 2000 * PROMPT_TOKEN_S, 2000 * PROMPT_TOKEN_S)
-    assert [drafts(cheap, CatchUp(1000, CHEAP), remaining=512) for _ in range(READ_UNDECIDED_STEPS + 1)][-1] == 8
+    assert [drafts(cheap, CatchUp(1000, CHEAP), remaining=512) for _ in range(READ_UNDECIDED_STEPS + 1)][
+        -1
+    ] == 8
 
 
 def test_what_earlier_drafts_achieved_overrules_the_prior():
@@ -106,7 +115,9 @@ def test_the_answer_expected_is_the_cap_without_history_else_about_what_answers_
 
 
 def test_end_to_end_counts_the_drafts_load_and_reading_against_the_target_alone():
-    stats = GenerationStats(drafter="draft-model", n_generated=60, n_steps=30, n_drafted=60, n_accepted=40, n_steps_drafted=30)
+    stats = GenerationStats(
+        drafter="draft-model", n_generated=60, n_steps=30, n_drafted=60, n_accepted=40, n_steps_drafted=30
+    )
     stats.load_s, stats.draft_load_s = 10.0, 2.0
     stats.target_prompt_s, stats.prompt_s, stats.first_token_s = 40.0, 42.0, 42.5
     stats.elapsed_s, stats.alone_s, stats.steps_s = 10.0, 15.0, 10.0  # generation at 1.5x
@@ -132,31 +143,62 @@ def long_prompt(tmp_path_factory) -> str:
     return str(path)
 
 
-def test_a_draft_that_cannot_pay_for_reading_leaves_the_answer_to_the_target(tiny: TinyModels, long_prompt: str):
-    common = ("run", "-m", str(tiny.target), "-f", long_prompt, "--raw", "--ctx", "4096", "--temp", "0", "--json")
+def test_a_draft_that_cannot_pay_for_reading_leaves_the_answer_to_the_target(
+    tiny: TinyModels, long_prompt: str
+):
+    common = (
+        "run",
+        "-m",
+        str(tiny.target),
+        "-f",
+        long_prompt,
+        "--raw",
+        "--ctx",
+        "4096",
+        "--temp",
+        "0",
+        "--json",
+    )
     alone = json.loads(localspec(*common, "-n", "4", "-d", "none", "--no-lookup").stdout)
     res = localspec(*common, "-n", "4", "-d", str(tiny.close), "--no-lookup")
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     # Two tokens left once the target alone is timed: the draft never reads its ~1,000 tokens.
-    assert out["tokens"] == alone["tokens"] and out["stats"]["n_drafted"] == 0 and not out["stats"]["drafters"]
+    assert (
+        out["tokens"] == alone["tokens"] and out["stats"]["n_drafted"] == 0 and not out["stats"]["drafters"]
+    )
     assert out["stats"]["target_prompt_s"] <= out["stats"]["prompt_s"] and out["stats"]["draft_load_s"] > 0
     # At a fixed length the draft reads it all and drafts from the first step, as llama.cpp's does.
-    fixed = json.loads(localspec(*common, "-n", "4", "-d", str(tiny.close), "--no-lookup", "--draft-mode", "fixed").stdout)
+    fixed = json.loads(
+        localspec(*common, "-n", "4", "-d", str(tiny.close), "--no-lookup", "--draft-mode", "fixed").stdout
+    )
     assert fixed["tokens"] == alone["tokens"] and fixed["stats"]["n_drafted"] > 0
 
 
-def test_a_simulated_clock_prices_what_a_drafter_read_at_the_start_not_the_prompt_it_was_given(tiny: TinyModels, long_prompt: str):
+def test_a_simulated_clock_prices_what_a_drafter_read_at_the_start_not_the_prompt_it_was_given(
+    tiny: TinyModels, long_prompt: str
+):
     # Prompt lookup only indexes the prompt; a lazy draft model reads ~36 of its ~1,000 tokens
     # first. Charging either for the whole prompt put 70 ms of a simulated GPU's 0.3 s before a
     # 7k-token prompt's first token that no pass spent.
     gpu = GpuProfile()
     config = GenerationConfig(max_tokens=2, sampling=SamplingParams(temperature=0.0))
-    with Model(tiny.target, model_options(n_ctx=4096)) as target, Model(tiny.close, model_options(n_ctx=4096)) as draft:
+    with (
+        Model(tiny.target, model_options(n_ctx=4096)) as target,
+        Model(tiny.close, model_options(n_ctx=4096)) as draft,
+    ):
         prompt = target.tokenize(open(long_prompt).read())
-        lookup = drain(SpeculativeEngine(target, NgramDrafter(), "ngram", SimulatedClock(gpu)).generate(prompt, config)).stats
+        lookup = drain(
+            SpeculativeEngine(target, NgramDrafter(), "ngram", SimulatedClock(gpu)).generate(prompt, config)
+        ).stats
         assert lookup.prompt_s == lookup.target_prompt_s > 0
-        lazy = drain(SpeculativeEngine(target, DraftModelDrafter(draft), "draft-model", SimulatedClock(gpu)).generate(prompt, config)).stats
+        lazy = drain(
+            SpeculativeEngine(target, DraftModelDrafter(draft), "draft-model", SimulatedClock(gpu)).generate(
+                prompt, config
+            )
+        ).stats
         read = lazy.prompt_s - lazy.target_prompt_s
         first = WARM_TOKENS + TIMED_TOKENS
-        assert read == pytest.approx(gpu.verify(first, 0, 0) / gpu.verify(1, 0, 0) * gpu.draft("draft-model", 1, 0))
+        assert read == pytest.approx(
+            gpu.verify(first, 0, 0) / gpu.verify(1, 0, 0) * gpu.draft("draft-model", 1, 0)
+        )

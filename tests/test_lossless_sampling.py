@@ -13,10 +13,11 @@ FAMILY_ALPHA / (2 x len(MATRIX)), so the chance of any false alarm over the whol
 FAMILY_ALPHA (Bonferroni).
 
 The matrix crosses the drafting modes (fixed, auto under each simulated cost profile, argmax
-proposals, tree, prompt lookup, their chain, coupled verification, a datastore) pairwise with --draft-min/--draft-p-min, with top-k/top-p/min-p and
-with vocabularies of different sizes (either model padded): every pair of values of any two of
-these factors appears in some configuration. Further families below: a real vocabulary's width,
-a grammar and penalties, and the target's own MTP heads drafting."""
+proposals, tree, prompt lookup, their chain, coupled verification, a datastore) pairwise with
+--draft-min/--draft-p-min, with top-k/top-p/min-p and with vocabularies of different sizes (either
+model padded): every pair of values of any two of these factors appears in some configuration.
+Further families below: a real vocabulary's width, a grammar and penalties, and the target's own MTP
+heads drafting."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
 from localspec.datastore import store
-from localspec.datastore.store import Datastore, Meta, SourceFile
+from localspec.datastore.meta import Meta, SourceFile
+from localspec.datastore.store import Datastore
 from localspec.drafters.base import DraftSettings
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -46,7 +48,7 @@ from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_cache import SuffixCache
 from localspec.drafters.tree import TreeDrafter
 from localspec.engine.clock import DriftProfile, GpuProfile, SimulatedClock
-from localspec.engine.events import DoneEvent, StepEvent
+from localspec.engine.events import DoneEvent, StepEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams, distribution
 from localspec.sampling.penalties import Penalties
@@ -71,7 +73,11 @@ FILTERED = SamplingParams(temperature=0.8, top_k=12, top_p=0.9, min_p=0.05)
 # q ~ 0.67 plain, 0.8 filtered): deciding by the drawn token's own q there would show at once. (Under
 # the testbed's own cpu profile auto rightly stops drafting a pair this poor after its trial.)
 CPU_SHAPE = RecordedProfile("cpu-shape", {1: 1.0, 2: 1.05, 3: 1.15, 4: 1.3}, {"draft-model": (0.0, 0.005)})
-AUTO_PROFILES = {"same": CPU_SHAPE, "target-padded": GpuProfile(ratio=40), "draft-padded": DriftProfile(CPU_SHAPE, period=2)}
+AUTO_PROFILES = {
+    "same": CPU_SHAPE,
+    "target-padded": GpuProfile(ratio=40),
+    "draft-padded": DriftProfile(CPU_SHAPE, period=2),
+}
 
 # argmax: the draft model proposing its top token (--draft-policy greedy). ngram has no draft model
 # to pad, so it gets two rows, whose combinations below are complementary.
@@ -92,7 +98,8 @@ class Case:
 
     @property
     def id(self) -> str:
-        return f"{self.mode}-{self.vocab}{'-min' if self.draft_min else ''}{'-filtered' if self.filtered else ''}"
+        suffix = ("-min" if self.draft_min else "") + ("-filtered" if self.filtered else "")
+        return f"{self.mode}-{self.vocab}{suffix}"
 
 
 def _matrix() -> list[Case]:
@@ -138,7 +145,10 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
 @pytest.fixture(scope="module")
 def models(pair: Pair):
     opts = replace(model_options(), n_seq_max=BRANCHES)
-    loaded = {name: Model(getattr(pair, name), opts) for name in ("target", "draft", "padded_target", "padded_draft")}
+    loaded = {
+        name: Model(getattr(pair, name), opts)
+        for name in ("target", "draft", "padded_target", "padded_draft")
+    }
     yield loaded
     for m in loaded.values():
         m.close()
@@ -174,7 +184,9 @@ def prompt(models) -> list[int]:
     target = models["target"]
     start = target.tokenize(PROMPT)
     greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
-    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
+    done = [
+        ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)
+    ][0]
     return [*start, *done.tokens, *start[1:]]
 
 
@@ -183,7 +195,12 @@ def stores(prompt) -> list[Datastore]:
     """A datastore on disk (the suite's data directory) of two files: the prompt's opening followed
     by the target's greedy tokens, and by those tokens reversed: its drafts are trees of two
     continuations, equally frequent."""
-    k = next(k for k in range(GREEDY, -1, -1) if (len(prompt) + 1 - k) % 2 == 0 and prompt[1 : (len(prompt) + 1 - k) // 2] == prompt[(len(prompt) + 1 + k) // 2 :])
+    k = next(
+        k
+        for k in range(GREEDY, -1, -1)
+        if (len(prompt) + 1 - k) % 2 == 0
+        and prompt[1 : (len(prompt) + 1 - k) // 2] == prompt[(len(prompt) + 1 + k) // 2 :]
+    )
     n = (len(prompt) + 1 - k) // 2
     start, greedy = prompt[:n], prompt[n : n + k]
     texts = [[*start, *greedy], [*start, *greedy[::-1]]]
@@ -291,18 +308,28 @@ def test_the_matrix_crosses_every_pair_of_factors():
             assert wanted <= seen, (a, b, wanted - seen)
 
 
-def draws(engine: SpeculativeEngine, prompt: list[int], config_of: Callable[[int], GenerationConfig], n: int) -> tuple[Counter, Counter]:
+def draws(
+    engine: SpeculativeEngine, prompt: list[int], config_of: Callable[[int], GenerationConfig], n: int
+) -> tuple[Counter, Counter]:
     """Generate with seeds 0..n-1: the counts of the first two tokens, and of each generation's
-    first step as (drafted, accepted)."""
+    first step as (drafted, accepted). A generation is left once the step that brought its second
+    token ends (the engine rewinds an abandoned one): what follows cannot change the two."""
     counts: Counter = Counter()
     steps: Counter = Counter()
     for seed in range(n):
-        step = None
-        for ev in engine.generate(prompt, config_of(seed)):
-            if isinstance(ev, StepEvent) and step is None:
-                step = (ev.drafted, ev.accepted)
+        step, tokens = None, []
+        events = engine.generate(prompt, config_of(seed))
+        for ev in events:
+            if isinstance(ev, TokenEvent):
+                tokens.append(ev.token)
+            elif isinstance(ev, StepEvent):
+                step = step or (ev.drafted, ev.accepted)
+                if len(tokens) >= 2:
+                    break
             elif isinstance(ev, DoneEvent):
-                counts[tuple(ev.tokens[:2])] += 1
+                break
+        events.close()
+        counts[tuple(tokens[:2])] += 1
         steps[step] += 1
     return counts, steps
 
@@ -353,7 +380,10 @@ def wide(tmp_path_factory: pytest.TempPathFactory):
     target = TinySpec(seed=21, **shape)  # type: ignore[arg-type]
     draft = TinySpec(seed=22, perturb_from=21, perturb=0.25, **shape)  # type: ignore[arg-type]
     opts = replace(model_options(), n_seq_max=BRANCHES)
-    models = [Model(write_tiny_llama(d / f"{name}.gguf", spec), opts) for name, spec in (("target", target), ("draft", draft))]
+    models = [
+        Model(write_tiny_llama(d / f"{name}.gguf", spec), opts)
+        for name, spec in (("target", target), ("draft", draft))
+    ]
     yield models
     for m in models:
         m.close()
@@ -365,9 +395,19 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
     assert target.n_vocab == WIDE_VOCAB
     prompt = target.tokenize(PROMPT)
     params = FILTERED if filtered else PLAIN
-    drafter = TreeDrafter(draft, BRANCHES, target.n_vocab) if mode == "tree" else DraftModelDrafter(draft, target.n_vocab)
+    drafter = (
+        TreeDrafter(draft, BRANCHES, target.n_vocab)
+        if mode == "tree"
+        else DraftModelDrafter(draft, target.n_vocab)
+    )
     engine = SpeculativeEngine(target, drafter, mode)
-    config = GenerationConfig(max_tokens=WIDE_DRAFT + 1, sampling=params, draft_max=WIDE_DRAFT, drafting=DraftSettings(p_split=0.05), draft_mode="fixed")
+    config = GenerationConfig(
+        max_tokens=WIDE_DRAFT + 1,
+        sampling=params,
+        draft_max=WIDE_DRAFT,
+        drafting=DraftSettings(p_split=0.05),
+        draft_mode="fixed",
+    )
     counts, steps = draws(engine, prompt, lambda seed: replace(config, seed=seed), WIDE_DRAWS)
     assert_drafts_were_both_accepted_and_rejected(steps, WIDE_DRAWS)
     first: Counter = Counter()
@@ -393,7 +433,7 @@ def test_sampled_output_is_the_targets_at_a_real_vocabulary_width(wide, mode: st
 # tested positions keep several outcomes, and takes away the mass of the rest (bytes, t-z, the end
 # of text).
 
-GRAMMAR = 'root ::= ([ ]? [a-s] [a-z]*)+'
+GRAMMAR = "root ::= ([ ]? [a-s] [a-z]*)+"
 # After its first letter, text the grammar allows alone (drafted for free, one-hot, in a sampled
 # draft): the second position keeps several outcomes (a space, " the", the space's byte token).
 FORCED_GRAMMAR = 'root ::= [a-s] " the cat" [a-z]*'
@@ -410,7 +450,9 @@ SHAPED_CASES = (
 SHAPED_ALPHA = FAMILY_ALPHA / (2 * len(SHAPED_CASES))
 
 
-def exact_shaped_pairs(target: Model, prompt: list[int], params: SamplingParams, gbnf: str | None) -> dict[tuple[int, ...], float]:
+def exact_shaped_pairs(
+    target: Model, prompt: list[int], params: SamplingParams, gbnf: str | None
+) -> dict[tuple[int, ...], float]:
     """exact_pairs under the penalties of `params` and the grammar `gbnf` (asked of the whole
     vocabulary at each position)."""
     ids = np.arange(target.n_vocab, dtype=np.int32)
@@ -442,14 +484,34 @@ def exact_shaped_pairs(target: Model, prompt: list[int], params: SamplingParams,
     return out
 
 
-@pytest.mark.parametrize("case,gbnf,penalised", SHAPED_CASES, ids=lambda v: v.id if isinstance(v, Case) else ({GRAMMAR: "grammar", FORCED_GRAMMAR: "forced"}.get(v) if isinstance(v, str) else "penalties" if v is True else "-"))
-def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case: Case, gbnf: str | None, penalised: bool, models, prompt):
+@pytest.mark.parametrize(
+    "case,gbnf,penalised",
+    SHAPED_CASES,
+    ids=lambda v: (
+        v.id
+        if isinstance(v, Case)
+        else (
+            {GRAMMAR: "grammar", FORCED_GRAMMAR: "forced"}.get(v)
+            if isinstance(v, str)
+            else "penalties"
+            if v is True
+            else "-"
+        )
+    ),
+)
+def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(
+    case: Case, gbnf: str | None, penalised: bool, models, prompt
+):
     engine = _engine(case, models)
     params = replace(FILTERED if case.filtered else PLAIN, penalties=PENALTIES if penalised else Penalties())
-    counts, steps = draws(engine, prompt, lambda seed: replace(_config(case, seed), sampling=params, grammar=gbnf), N_DRAWS)
+    counts, steps = draws(
+        engine, prompt, lambda seed: replace(_config(case, seed), sampling=params, grammar=gbnf), N_DRAWS
+    )
     assert_drafts_were_both_accepted_and_rejected(steps, N_DRAWS)
     joint = exact_shaped_pairs(models["target"], prompt, params, gbnf)
-    assert joint != exact_shaped_pairs(models["target"], prompt, replace(params, penalties=Penalties()), None)  # the shaping matters here
+    assert joint != exact_shaped_pairs(
+        models["target"], prompt, replace(params, penalties=Penalties()), None
+    )  # the shaping matters here
     for dist in (joint, first_of(joint)):
         big, rest = _cells(dist, N_DRAWS)
         assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, SHAPED_ALPHA) >= MIN_POWER
@@ -463,7 +525,8 @@ def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(case:
 # --- the target's own MTP heads -------------------------------------------------------------------
 # A target whose NextN head drafts (tests/mtp_model.py), unsure and perturbed enough that its drafts
 # are often rejected, and reading the target's hidden states: alone at a fixed length, after prompt
-# lookup, as a tree, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-min
+# lookup, as a tree, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-
+# min
 # and top-k/top-p/min-p with another.
 
 MTP_SPEC = MtpSpec(seed=23, n_layer=2, logit_scale=0.6, head_noise=0.25, h_weight=0.3)
@@ -472,20 +535,30 @@ MTP_CASES = (
     (Case("fixed", "same", True, False), None),
     (Case("chain", "same", False, False), None),
     (Case("tree", "same", True, False), None),
-    *((Case("auto", vocab, i % 2 == 0, i % 2 == 1), profile) for i, (vocab, profile) in enumerate(AUTO_PROFILES.items())),
+    *(
+        (Case("auto", vocab, i % 2 == 0, i % 2 == 1), profile)
+        for i, (vocab, profile) in enumerate(AUTO_PROFILES.items())
+    ),
 )
 # Three such heads chained, each drafting its own depth (mimo2), at a fixed length and under auto.
-MTP_CHAINED_CASES = ((Case("fixed", "same", True, True), None), (Case("auto", "same", False, False), CPU_SHAPE))
+MTP_CHAINED_CASES = (
+    (Case("fixed", "same", True, True), None),
+    (Case("auto", "same", False, False), CPU_SHAPE),
+)
 MTP_ALPHA = FAMILY_ALPHA / (2 * (len(MTP_CASES) + len(MTP_CHAINED_CASES)))
 
 
 def _mtp_target(folder: Path, spec: MtpSpec):
     """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
-    options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)  # a tree's branches: sequences of target and head
+    options = replace(
+        model_options(), mtp=True, n_seq_max=BRANCHES
+    )  # a tree's branches: sequences of target and head
     target = Model(write_mtp_model(folder / "mtp.gguf", spec, tiny_vocabulary), options)
     start = target.tokenize(PROMPT)
     greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
-    done = [ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)][0]
+    done = [
+        ev for ev in SpeculativeEngine(target, None).generate(start, greedy) if isinstance(ev, DoneEvent)
+    ][0]
     return target, [*start, *done.tokens, *start[1:]]
 
 
@@ -498,17 +571,25 @@ def mtp(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="module")
 def mtp_chained(tmp_path_factory: pytest.TempPathFactory):
-    target, prompt = _mtp_target(tmp_path_factory.mktemp("mtp"), replace(MTP_SPEC, arch="mimo2", heads=3, claimed_heads=3))
+    target, prompt = _mtp_target(
+        tmp_path_factory.mktemp("mtp"), replace(MTP_SPEC, arch="mimo2", heads=3, claimed_heads=3)
+    )
     yield target, prompt
     target.close()
 
 
-@pytest.mark.parametrize("case,profile", MTP_CASES, ids=lambda v: v.id.replace("same", "mtp") if isinstance(v, Case) else None)
+@pytest.mark.parametrize(
+    "case,profile", MTP_CASES, ids=lambda v: v.id.replace("same", "mtp") if isinstance(v, Case) else None
+)
 def test_sampled_output_drafted_by_the_targets_heads_is_the_targets(case: Case, profile, mtp):
     _check_mtp(case, profile, *mtp)
 
 
-@pytest.mark.parametrize("case,profile", MTP_CHAINED_CASES, ids=lambda v: v.id.replace("same", "chained") if isinstance(v, Case) else None)
+@pytest.mark.parametrize(
+    "case,profile",
+    MTP_CHAINED_CASES,
+    ids=lambda v: v.id.replace("same", "chained") if isinstance(v, Case) else None,
+)
 def test_sampled_output_drafted_by_several_chained_heads_is_the_targets(case: Case, profile, mtp_chained):
     target, prompt = mtp_chained
     assert target.head is not None and target.head.heads == 3

@@ -20,18 +20,24 @@ def test_packages_are_found_not_listed():
     assert "packages" not in setuptools or set(setuptools["packages"]) == {"find"}, "list no packages by hand"
     assert setuptools["packages"]["find"]["include"] == ["localspec*"]
     folders = {p.parent for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
-    assert all((folder / "__init__.py").is_file() for folder in folders), "a folder of modules without __init__.py is no package to find"
+    assert all((folder / "__init__.py").is_file() for folder in folders), (
+        "a folder of modules without __init__.py is no package to find"
+    )
 
 
 def test_every_file_opened_as_a_resource_is_package_data():
     data = PYPROJECT["tool"]["setuptools"]["package-data"]
     opened = set()
     for path in PACKAGE.rglob("*.py"):
-        for package, name in re.findall(r'resources\.files\("([\w.]+)"\)\.joinpath\("([^"]+)"\)', path.read_text()):
+        for package, name in re.findall(
+            r'resources\.files\("([\w.]+)"\)\.joinpath\("([^"]+)"\)', path.read_text()
+        ):
             opened.add((package, name))
             assert name in data.get(package, []), f"{package}/{name} is opened but not package data"
             file = PACKAGE.parent.joinpath(*package.split("."), name)
-            assert file.is_file() and not file.is_symlink(), f"{file}: a real file (a symlink is text on Windows checkouts)"
+            assert file.is_file() and not file.is_symlink(), (
+                f"{file}: a real file (a symlink is text on Windows checkouts)"
+            )
     assert len(opened) >= 3
 
 
@@ -48,4 +54,6 @@ def test_the_smoke_tests_floors_are_pyprojects():
     assert set(floors) == set(stated)
     for name, lowest in stated.items():
         padded = lambda v: tuple(int(x) for x in v.split("."))[:3] + (0,) * (3 - len(v.split(".")))  # noqa: E731
-        assert padded(floors[name]) == padded(lowest), f"{name}: pyproject says >={lowest}, floors.txt tests {floors[name]}"
+        assert padded(floors[name]) == padded(lowest), (
+            f"{name}: pyproject says >={lowest}, floors.txt tests {floors[name]}"
+        )

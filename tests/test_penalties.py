@@ -25,7 +25,9 @@ def llama_cpps(logits: np.ndarray, history: list[int], p: Penalties) -> np.ndarr
     sampler = llama_cpp.llama_sampler_init_penalties(len(logits), p.last_n, p.repeat, p.frequency, p.presence)
     for t in history:
         llama_cpp.llama_sampler_accept(sampler, t)
-    data = (llama_cpp.llama_token_data * len(logits))(*(llama_cpp.llama_token_data(i, float(x), 0.0) for i, x in enumerate(logits)))
+    data = (llama_cpp.llama_token_data * len(logits))(
+        *(llama_cpp.llama_token_data(i, float(x), 0.0) for i, x in enumerate(logits))
+    )
     array = llama_cpp.llama_token_data_array(data, len(logits), -1, False)
     llama_cpp.llama_sampler_apply(sampler, ctypes.byref(array))
     llama_cpp.llama_sampler_free(sampler)
@@ -35,7 +37,15 @@ def llama_cpps(logits: np.ndarray, history: list[int], p: Penalties) -> np.ndarr
     return out
 
 
-@pytest.mark.parametrize("p", [Penalties(64, 1.3, 0.0, 0.0), Penalties(8, 1.0, 0.5, 0.25), Penalties(16, 1.1, -0.4, 0.7), Penalties(0, 1.5, 1.0, 1.0)])
+@pytest.mark.parametrize(
+    "p",
+    [
+        Penalties(64, 1.3, 0.0, 0.0),
+        Penalties(8, 1.0, 0.5, 0.25),
+        Penalties(16, 1.1, -0.4, 0.7),
+        Penalties(0, 1.5, 1.0, 1.0),
+    ],
+)
 def test_penalties_are_llama_cpps(p: Penalties):
     rng = np.random.default_rng(3)
     logits = rng.normal(0, 2, 500).astype(np.float32)
@@ -56,13 +66,23 @@ def models(tiny: TinyModels):
 @pytest.mark.parametrize("drafter", ["draft-model", "tree", "lookup"])
 def test_greedy_output_under_penalties_is_the_target_alones(models, drafter: str):
     target, draft = models
-    made = {"draft-model": lambda: DraftModelDrafter(draft, target.n_vocab), "tree": lambda: TreeDrafter(draft, 3, target.n_vocab), "lookup": NgramDrafter}[drafter]()
+    made = {
+        "draft-model": lambda: DraftModelDrafter(draft, target.n_vocab),
+        "tree": lambda: TreeDrafter(draft, 3, target.n_vocab),
+        "lookup": NgramDrafter,
+    }[drafter]()
     penalties = Penalties(32, 1.2, 0.3, 0.2)
-    plain = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_mode="fixed", draft_max=4)
+    plain = GenerationConfig(
+        max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_mode="fixed", draft_max=4
+    )
     penalised = replace(plain, sampling=replace(plain.sampling, penalties=penalties))
     alone, engine = SpeculativeEngine(target, None), SpeculativeEngine(target, made, drafter)
     changed = drafted = 0
-    for prompt in ("the cat sat on the mat. the cat sat on the mat. the cat", "a dog ran to the house", "moon"):
+    for prompt in (
+        "the cat sat on the mat. the cat sat on the mat. the cat",
+        "a dog ran to the house",
+        "moon",
+    ):
         tokens = target.tokenize(prompt)
         want = drain(alone.generate(tokens, penalised))
         got = drain(engine.generate(tokens, penalised))

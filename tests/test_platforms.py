@@ -34,11 +34,21 @@ for name in ("fcntl", "termios", "resource", "pwd", "grp", "tty", "pty", "readli
     sys.modules[name] = None  # import fails, as it does on Windows
 platform.system = lambda: "Windows"
 """
-MODULES = sorted(m.name for m in pkgutil.walk_packages(localspec.__path__, "localspec.") if m.name != "localspec.__main__")
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(localspec.__path__, "localspec.") if m.name != "localspec.__main__"
+)
 
 
-def windows_like(code: str, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", POSIX_ONLY + code, *args], capture_output=True, text=True, timeout=timeout, env=env)
+def windows_like(
+    code: str, *args: str, env: dict | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", POSIX_ONLY + code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
 
 
 def cli_windows_like(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -46,12 +56,18 @@ def cli_windows_like(*args: str, env: dict | None = None) -> subprocess.Complete
 
 
 def test_the_stand_in_takes_away_what_windows_lacks():
-    res = windows_like("import signal, os\nassert not hasattr(signal, 'SIGHUP') and not hasattr(os, 'sysconf')\nimport termios")
+    res = windows_like(
+        "import signal, os\nassert not hasattr(signal, 'SIGHUP') and not hasattr(os, 'sysconf')\nimport "
+        "termios"
+    )
     assert res.returncode != 0 and "termios" in res.stderr  # the stand-in is no stand-in if it fails open
 
 
 def test_every_module_imports_without_linux_only_names():
-    res = windows_like(f"import importlib\nfor name in {MODULES!r}:\n    importlib.import_module(name)\nprint(len({MODULES!r}))")
+    res = windows_like(
+        f"import importlib\nfor name in {MODULES!r}:\n    "
+        f"importlib.import_module(name)\nprint(len({MODULES!r}))"
+    )
     assert res.returncode == 0, res.stderr
     assert int(res.stdout) == len(MODULES) > 80
 
@@ -59,12 +75,31 @@ def test_every_module_imports_without_linux_only_names():
 def test_help_run_and_chat_help_without_linux_only_names(tiny, tmp_path):
     import os
 
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp_path / "cache"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+    }
     helped = cli_windows_like("--help", env=env)
     assert helped.returncode == 0 and "run" in helped.stdout, helped.stderr
     chat_help = cli_windows_like("chat", "--help", env=env)
     assert chat_help.returncode == 0 and "--system" in chat_help.stdout, chat_help.stderr
-    ran = cli_windows_like("run", "-m", str(tiny.target), "-d", str(tiny.close), "-n", "8", "--temp", "0", "-p", "the cat", env=env)
+    ran = cli_windows_like(
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "-p",
+        "the cat",
+        env=env,
+    )
     assert ran.returncode == 0, ran.stderr
     assert "8 tokens in" in ran.stderr and "Traceback" not in ran.stderr
-    assert_one_line_error(cli_windows_like("run", "-m", str(tmp_path / "missing.gguf"), "-p", "x", env=env), "missing.gguf")
+    assert_one_line_error(
+        cli_windows_like("run", "-m", str(tmp_path / "missing.gguf"), "-p", "x", env=env), "missing.gguf"
+    )

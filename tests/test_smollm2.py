@@ -28,14 +28,28 @@ def models(smollm2_f16, smollm2_q4):
     with Model(smollm2_f16, model_options(2048)) as target, Model(smollm2_q4, model_options(2048)) as draft:
         prompts = [prompt_tokens(target, p, raw=False) for p in PROMPTS]
         baseline = SpeculativeEngine(target, None)
-        expected = [drain(baseline.generate(p, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_mode="fixed"))).tokens for p in prompts]
+        expected = [
+            drain(
+                baseline.generate(
+                    p, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_mode="fixed")
+                )
+            ).tokens
+            for p in prompts
+        ]
         yield target, draft, prompts, expected
 
 
 def _check(target, engine, prompts, expected, draft_max=8):
     done_all = []
-    for prompt, exp in zip(prompts, expected):
-        done = drain(engine.generate(prompt, GenerationConfig(max_tokens=N_TOKENS, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed")))
+    for prompt, exp in zip(prompts, expected, strict=False):
+        done = drain(
+            engine.generate(
+                prompt,
+                GenerationConfig(
+                    max_tokens=N_TOKENS, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed"
+                ),
+            )
+        )
         assert len(done.tokens) == N_TOKENS or done.stop_reason == "eos"
         assert_greedy_equivalent(target, prompt, exp, done.tokens)
         done_all.append(done)
@@ -44,7 +58,9 @@ def _check(target, engine, prompts, expected, draft_max=8):
 
 def test_draft_model_greedy_equals_target_alone(models):
     target, draft, prompts, expected = models
-    runs = _check(target, SpeculativeEngine(target, DraftModelDrafter(draft), "draft-model"), prompts, expected)
+    runs = _check(
+        target, SpeculativeEngine(target, DraftModelDrafter(draft), "draft-model"), prompts, expected
+    )
     drafted = sum(d.stats.n_drafted for d in runs)
     accepted = sum(d.stats.n_accepted for d in runs)
     assert accepted / drafted > 0.5
@@ -69,12 +85,29 @@ def test_text_a_schema_allows_alone_is_drafted_for_free_and_greedy_output_stays_
     from localspec.backend.grammar import schema_grammar
 
     target, draft, _, _ = models
-    schema = {"type": "object", "properties": {"firstName": {"type": "string"}, "lastName": {"type": "string"}, "age": {"type": "integer"}},
-              "required": ["firstName", "lastName", "age"]}
-    config = GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=8, draft_mode="fixed", grammar=schema_grammar(json.dumps(schema)))
+    schema = {
+        "type": "object",
+        "properties": {
+            "firstName": {"type": "string"},
+            "lastName": {"type": "string"},
+            "age": {"type": "integer"},
+        },
+        "required": ["firstName", "lastName", "age"],
+    }
+    config = GenerationConfig(
+        max_tokens=48,
+        sampling=GREEDY,
+        draft_max=8,
+        draft_mode="fixed",
+        grammar=schema_grammar(json.dumps(schema)),
+    )
     prompt = prompt_tokens(target, "Extract the person as JSON: Ann Smith is 31 years old.", raw=False)
     alone = drain(SpeculativeEngine(target, None).generate(prompt, config))
-    drafted = drain(SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model").generate(prompt, config))
+    drafted = drain(
+        SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model").generate(
+            prompt, config
+        )
+    )
     assert_greedy_equivalent(target, prompt, alone.tokens, drafted.tokens)
     assert json.loads(drafted.text).keys() == schema["properties"].keys()
     # The keys after their opening quotes ("lastName" and "age" at least) cost the draft model no pass.

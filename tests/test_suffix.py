@@ -32,7 +32,9 @@ GREEDY = SamplingParams(temperature=0.0)
 RNG = np.random.default_rng(0)
 
 
-def drafter(memory: SuffixIndex | None = None, branches: int = 1, lookup_min: int = 2, p_split: float = 0.1) -> SuffixDrafter:
+def drafter(
+    memory: SuffixIndex | None = None, branches: int = 1, lookup_min: int = 2, p_split: float = 0.1
+) -> SuffixDrafter:
     d = SuffixDrafter(memory, branches)
     d.begin([], DraftSettings(lookup_min=lookup_min, p_split=p_split))
     return d
@@ -95,7 +97,10 @@ def test_index_finds_the_longest_match_in_earlier_texts_and_counts_continuations
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), min_size=1, max_size=6), st.lists(st.integers(0, 3), min_size=2, max_size=20))
+@given(
+    st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=30), min_size=1, max_size=6),
+    st.lists(st.integers(0, 3), min_size=2, max_size=20),
+)
 def test_index_grown_text_by_text_answers_as_one_built_at_once(texts, query):
     grown = SuffixIndex([], 1 << 12)
     for t in texts:
@@ -113,6 +118,18 @@ def test_index_evicts_the_oldest_texts_past_its_size():
     idx.add([7, 7, 7, 7, 7, 7, 7])
     assert idx.n_tokens <= 10 and idx.texts[-1].tolist() == [7] * 7
     assert idx.match([1, 2, 3], 2, 4)[0] == 0  # the old texts are gone
+
+
+def test_a_full_index_is_rebuilt_once_per_quarter_of_its_size_not_at_every_text(monkeypatch):
+    idx = SuffixIndex([[5, 6, 7, 8]] * 25, size=100)
+    rebuilt = []
+    real = SuffixIndex._rebuild
+    monkeypatch.setattr(SuffixIndex, "_rebuild", lambda self: (rebuilt.append(1), real(self)))
+    for i in range(100):  # 400 tokens into a full memory of 100
+        idx.add([i, i + 1, i + 2, i + 3])
+        assert idx.n_tokens <= 100 and idx.texts[-1].tolist() == [i, i + 1, i + 2, i + 3]
+    assert len(rebuilt) <= 400 // 25 + 1
+    assert idx.match([99, 100], 2, 2)[0] == 2 and idx.match([5, 6, 7], 2, 2)[0] == 0
 
 
 def test_drafter_prefers_a_longer_match_in_earlier_outputs():
@@ -153,7 +170,9 @@ def test_drafter_branches_where_continuations_part_and_stays_within_the_budget()
     assert len(draft.tokens) == 3 and draft.parents is not None
     assert draft.tokens[0] in (3, 4) and sorted(draft.tokens[:2]) == [3, 4]
     assert draft.parents[:2] == [-1, -1]  # two branches from the context's last token
-    three = drafter(branches=3, p_split=0.1).propose([1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2], FixedBudget(8), GREEDY, RNG)
+    three = drafter(branches=3, p_split=0.1).propose(
+        [1, 2, 3, 1, 2, 4, 1, 2, 5, 1, 2], FixedBudget(8), GREEDY, RNG
+    )
     assert sum(p == -1 for p in three.parents or []) == 3
     assert len(drafter(branches=2).propose(context, FixedBudget(1), GREEDY, RNG).tokens) == 1
 
@@ -161,7 +180,14 @@ def test_drafter_branches_where_continuations_part_and_stays_within_the_budget()
 def test_drafter_without_branches_never_proposes_a_tree():
     d = drafter(branches=1)
     draft = d.propose([1, 2, 3, 5, 1, 2, 4, 6, 1, 2], FixedBudget(6), GREEDY, RNG)
-    assert draft.parents is None and draft.tokens == [3, 5, 1, 2, 4, 6]  # the first of equals, then its one way on
+    assert draft.parents is None and draft.tokens == [
+        3,
+        5,
+        1,
+        2,
+        4,
+        6,
+    ]  # the first of equals, then its one way on
 
 
 def test_drafter_keeps_each_output_with_the_end_of_its_prompt():
@@ -184,7 +210,11 @@ def test_match_lengths_learn_apart_but_share_one_gate():
     four, sixteen = (SuffixDrafter.key.of_kind(match_kind(m)) for m in (4, 16))
     assert four.estimates != sixteen.estimates
     assert c.gate(four.drafter) is c.gate(sixteen.drafter) is c.gate("suffix")
-    assert match_kind(2) != match_kind(8) and match_kind(9) == match_kind(15) and match_kind(40) == match_kind(MATCH_MAX)
+    assert (
+        match_kind(2) != match_kind(8)
+        and match_kind(9) == match_kind(15)
+        and match_kind(40) == match_kind(MATCH_MAX)
+    )
     assert MATCH_MAX < DEPTH
 
 

@@ -15,7 +15,23 @@ PROMPT = "List five colours and one thing of each colour."
 
 def run(cache_home: Path, model: Path, *extra: str) -> tuple[dict, str]:
     env = {**os.environ, "XDG_CACHE_HOME": str(cache_home)}
-    res = localspec("run", "-m", str(model), "-p", PROMPT, "-n", "40", "--temp", "0", "--lookup-method", "suffix", "--json", *extra, timeout=180, env=env)
+    res = localspec(
+        "run",
+        "-m",
+        str(model),
+        "-p",
+        PROMPT,
+        "-n",
+        "40",
+        "--temp",
+        "0",
+        "--lookup-method",
+        "suffix",
+        "--json",
+        *extra,
+        timeout=180,
+        env=env,
+    )
     assert res.returncode == 0, res.stderr
     return json.loads(res.stdout), res.stderr
 

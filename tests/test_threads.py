@@ -44,7 +44,7 @@ def test_a_busy_core_moves_to_fewer_threads_within_a_few_passes_and_stays():
     first = counts.index(1)
     assert first <= 3  # two stalled passes, then the trial
     # Probes of 2 threads while busy cost one stalled pass each, ever rarer.
-    probes = sum(1 for a, b in zip(counts, counts[1:]) if a == 1 and b == 2)
+    probes = sum(1 for a, b in zip(counts, counts[1:], strict=False) if a == 1 and b == 2)
     assert probes <= 300 // PROBE_EVERY and all(c == 1 for c in counts[-PROBE_EVERY:])
 
 
@@ -109,7 +109,8 @@ def test_the_summary_says_when_fewer_threads_ran():
 
 
 def test_a_machine_that_gets_busier_without_stalls_still_tries_fewer_threads():
-    """A busy core that makes 2 threads 2.2x slower (no single pass past the stall bar) and 1 thread faster."""
+    """A busy core that makes 2 threads 2.2x slower (no single pass past the stall bar) and 1
+    thread faster."""
     governor, _, live = _governor()
     _run(governor, IDLE, 30, live)
     counts = _run(governor, {2: 0.22, 1: 0.19}, 60, live)

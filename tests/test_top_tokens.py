@@ -52,7 +52,9 @@ def test_without_a_gpu_the_host_takes_argmaxes(tiny: TinyModels):
 
 
 def _tokens(engine: SpeculativeEngine, prompt: str, **config: object) -> list[int]:
-    return drain(engine.generate(engine.target.tokenize(prompt), GenerationConfig(max_tokens=64, **config))).tokens
+    return drain(
+        engine.generate(engine.target.tokenize(prompt), GenerationConfig(max_tokens=64, **config))
+    ).tokens
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +76,12 @@ def test_a_fixed_greedy_draft_reads_top_tokens_on_both_models(pair, baselines, d
     target, draft = pair
     engine = SpeculativeEngine(target, DraftModelDrafter(draft, target.n_vocab), "draft-model")
     for prompt, expected in baselines.items():
-        out = drain(engine.generate(target.tokenize(prompt), GenerationConfig(max_tokens=64, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed")))
+        out = drain(
+            engine.generate(
+                target.tokenize(prompt),
+                GenerationConfig(max_tokens=64, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed"),
+            )
+        )
         assert out.tokens == expected
         assert out.stats.n_accepted > 0
     assert target.argmax.on and draft.argmax.on
@@ -96,9 +103,13 @@ def test_what_needs_logits_gets_them_after_a_greedy_generation(pair, host_target
     for prompt in PROMPTS:
         _tokens(engine, prompt, sampling=GREEDY, draft_mode="fixed")
         # Sampling, penalties: the same draws as a target that never left logits.
-        assert _tokens(engine, prompt, sampling=warm, seed=3, draft_mode="off") == _tokens(host, prompt, sampling=warm, seed=3, draft_mode="off")
+        assert _tokens(engine, prompt, sampling=warm, seed=3, draft_mode="off") == _tokens(
+            host, prompt, sampling=warm, seed=3, draft_mode="off"
+        )
         penalised = SamplingParams(temperature=0.0, penalties=Penalties(repeat=1.3))
-        assert _tokens(engine, prompt, sampling=penalised, draft_mode="off") == _tokens(host, prompt, sampling=penalised, draft_mode="off")
+        assert _tokens(engine, prompt, sampling=penalised, draft_mode="off") == _tokens(
+            host, prompt, sampling=penalised, draft_mode="off"
+        )
         assert not target.argmax.on
     # A caller outside the engine (bench's tie check) reads logits by default.
     _tokens(engine, PROMPTS[0], sampling=GREEDY, draft_mode="fixed")
@@ -116,7 +127,9 @@ def test_a_draft_with_ids_the_target_lacks_keeps_to_logits(on_device, tiny: Tiny
         assert target.argmax.on and not draft.argmax.on
 
 
-def test_a_refused_batch_gives_the_device_argmax_up_and_decodes_on_logits(on_device, tiny: TinyModels, baselines, monkeypatch):
+def test_a_refused_batch_gives_the_device_argmax_up_and_decodes_on_logits(
+    on_device, tiny: TinyModels, baselines, monkeypatch
+):
     real = model_module.decode_synced
     refused = []
 
@@ -140,7 +153,7 @@ def test_greedy_verification_judges_each_row_by_its_lowest_top_id_from_logits_or
     """verify() takes every row's top in one call: the same verdicts as a row-by-row argmax, ties
     to the lowest id, the target's own token at the first rejection or after the last draft."""
     rng = np.random.default_rng(3)
-    for trial in range(200):
+    for _trial in range(200):
         k = int(rng.integers(0, 6))
         logits = rng.integers(0, 3, (k + 1, 12)).astype(np.float32)  # many ties
         tops = [int(np.argmax(row)) for row in logits]

@@ -110,7 +110,11 @@ def test_greedy_tree_output_is_identical(tiny, tree_target, tree_baselines, draf
         drafter = RecordingTree(d, branches=branches)
         engine = SpeculativeEngine(tree_target, drafter, "tree")
         config = GenerationConfig(
-            max_tokens=80, sampling=GREEDY, draft_max=draft_max, draft_mode="fixed", drafting=DraftSettings(p_split=0.0)
+            max_tokens=80,
+            sampling=GREEDY,
+            draft_max=draft_max,
+            draft_mode="fixed",
+            drafting=DraftSettings(p_split=0.0),
         )
         for prompt, expected in tree_baselines.items():
             prompt_tokens_ = tree_target.tokenize(prompt)
@@ -128,8 +132,14 @@ def test_tree_on_smollm2_matches_target_alone(smollm2_f16, smollm2_q4):
         base = SpeculativeEngine(t, None)
         for text in ("Write a short poem about the sea.", "List three fruits and their colors."):
             prompt = prompt_tokens(t, text, raw=False)
-            expected = drain(base.generate(prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_mode="fixed"))).tokens
-            done = drain(engine.generate(prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=6, draft_mode="fixed")))
+            expected = drain(
+                base.generate(prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_mode="fixed"))
+            ).tokens
+            done = drain(
+                engine.generate(
+                    prompt, GenerationConfig(max_tokens=48, sampling=GREEDY, draft_max=6, draft_mode="fixed")
+                )
+            )
             assert_greedy_equivalent(t, prompt, expected, done.tokens)
             assert done.stats.n_accepted > 0
 
@@ -177,7 +187,11 @@ def test_an_aborted_tree_pass_leaves_no_cells_in_the_branch_sequences(tiny):
         t.decode_tree = ctrl_c_during_the_tree_pass
         engine = SpeculativeEngine(t, TreeDrafter(d, branches=4), "tree")
         config = GenerationConfig(
-            max_tokens=200, sampling=GREEDY, draft_max=ABORTABLE_BATCH + 8, draft_mode="fixed", drafting=DraftSettings(p_split=0.0)
+            max_tokens=200,
+            sampling=GREEDY,
+            draft_max=ABORTABLE_BATCH + 8,
+            draft_mode="fixed",
+            drafting=DraftSettings(p_split=0.0),
         )
         events = list(engine.generate(t.tokenize(PROMPTS[0]), config, cancel))
         done = events[-1]

@@ -43,7 +43,9 @@ def test_status_line_content():
     for _ in range(4):
         s.on_token()
     text = s.status().plain
-    assert "accept 75% (3/4)" in text and "4.00 tok/pass" in text and "draft-model" in text and "tok/s" in text
+    assert (
+        "accept 75% (3/4)" in text and "4.00 tok/pass" in text and "draft-model" in text and "tok/s" in text
+    )
 
 
 def terminal(width: int = 60, height: int = 10) -> tuple[Console, io.StringIO]:
@@ -81,7 +83,9 @@ def test_long_lines_wrap_as_the_terminal_wraps_them_never_with_an_inserted_newli
     console, out = terminal(width, height)
     words = [f"word{i} " for i in range(150)]  # one long line, many rows wide
     stats = GenerationStats(n_generated=len(words))
-    events = [TokenEvent(i, w, None) for i, w in enumerate(words)] + [DoneEvent("length", stats, "end", "".join(words) + "end", [])]
+    events = [TokenEvent(i, w, None) for i, w in enumerate(words)] + [
+        DoneEvent("length", stats, "end", "".join(words) + "end", [])
+    ]
     LiveRenderer(console).render(events)
     stream = out.getvalue()
     assert written_text(stream) == "".join(words) + "end\n"
@@ -97,9 +101,13 @@ def test_long_lines_wrap_as_the_terminal_wraps_them_never_with_an_inserted_newli
 def test_live_render_on_a_real_engine(tiny: TinyModels):
     with Model(tiny.target, model_options()) as t, Model(tiny.close, model_options()) as d:
         engine = SpeculativeEngine(t, DraftModelDrafter(d), "draft-model")
-        config = GenerationConfig(max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_max=4, draft_mode="fixed")
+        config = GenerationConfig(
+            max_tokens=40, sampling=SamplingParams(temperature=0.0), draft_max=4, draft_mode="fixed"
+        )
         console, out = terminal(80, 24)
-        done = LiveRenderer(console, refresh_per_second=50).render(engine.generate(t.tokenize("the cat"), config))
+        done = LiveRenderer(console, refresh_per_second=50).render(
+            engine.generate(t.tokenize("the cat"), config)
+        )
     assert written_text(out.getvalue()).rstrip("\n") == done.text.rstrip("\n")
     s = done.stats
     line = summary_line(s, done.stop_reason)
@@ -113,22 +121,67 @@ def test_a_run_in_a_pty_shows_exactly_the_json_text(tiny: TinyModels):
     """The rendered terminal of a long generation against --json's text: nothing inserted, nothing lost."""
     import pexpect
 
-    args = ["-m", "localspec", "run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "200",
-            "--temp", "0", "--draft-mode", "fixed", "--draft-max", "4", "-q"]
+    args = [
+        "-m",
+        "localspec",
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "200",
+        "--temp",
+        "0",
+        "--draft-mode",
+        "fixed",
+        "--draft-max",
+        "4",
+        "-q",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
-    child = pexpect.spawn(sys.executable, args, env=env, encoding="utf-8", codec_errors="replace", timeout=120, dimensions=(12, 40))
+    child = pexpect.spawn(
+        sys.executable,
+        args,
+        env=env,
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=120,
+        dimensions=(12, 40),
+    )
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    expected = json.loads(subprocess.run([sys.executable, *args, "--json"], capture_output=True, text=True, env=env, timeout=120).stdout)["text"]
+    expected = json.loads(
+        subprocess.run(
+            [sys.executable, *args, "--json"], capture_output=True, text=True, env=env, timeout=120
+        ).stdout
+    )["text"]
     shown = written_text(child.before.replace("\r\n", "\n"))
     assert shown.rstrip("\n") == expected.rstrip("\n") and len(expected) > 4 * 40  # many rows wide
 
 
 def test_non_tty_prints_plain_text_only(tiny: TinyModels):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    args = [sys.executable, "-m", "localspec", "run", "-m", str(tiny.target), "-d", str(tiny.close), "-p", "the cat", "-n", "30", "--temp", "0"]
+    args = [
+        sys.executable,
+        "-m",
+        "localspec",
+        "run",
+        "-m",
+        str(tiny.target),
+        "-d",
+        str(tiny.close),
+        "-p",
+        "the cat",
+        "-n",
+        "30",
+        "--temp",
+        "0",
+    ]
     res = subprocess.run([*args, "--show-accepted"], capture_output=True, text=True, env=env, timeout=60)
     assert res.returncode == 0
     assert "\x1b[" not in res.stdout and "tok/s" not in res.stdout
@@ -150,36 +203,83 @@ def test_status_says_processing_prompt_then_counts_from_the_first_step():
 
 
 def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_auto_did():
-    stats = GenerationStats(drafter="draft-model", draft_mode="auto", n_generated=100, n_drafted=80, n_accepted=60,
-                            n_steps=40, n_steps_drafted=30, elapsed_s=5.0, alone_s=10.0, steps_s=5.0,
-                            notes=["ngram-2 paused: its recent steps ran at 9.0 tok/s, the target alone at 10.0"])
+    stats = GenerationStats(
+        drafter="draft-model",
+        draft_mode="auto",
+        n_generated=100,
+        n_drafted=80,
+        n_accepted=60,
+        n_steps=40,
+        n_steps_drafted=30,
+        elapsed_s=5.0,
+        alone_s=10.0,
+        steps_s=5.0,
+        notes=["ngram-2 paused: its recent steps ran at 9.0 tok/s, the target alone at 10.0"],
+    )
     line = summary_line(stats, "length")
     assert "~2.00x the target alone (est. 10.0 tok/s)" in line
     assert "auto: drafted 30 of 40 steps; ngram-2 paused: its recent steps" in line
-    unanchored = summary_line(GenerationStats(drafter="draft-model", draft_mode="fixed", n_generated=10, n_drafted=8,
-                                              n_accepted=8, n_steps=2, elapsed_s=1.0), "length")
-    assert "target alone" not in unanchored and "auto:" not in unanchored  # no one-token pass timed: no estimate
+    unanchored = summary_line(
+        GenerationStats(
+            drafter="draft-model",
+            draft_mode="fixed",
+            n_generated=10,
+            n_drafted=8,
+            n_accepted=8,
+            n_steps=2,
+            elapsed_s=1.0,
+        ),
+        "length",
+    )
+    assert (
+        "target alone" not in unanchored and "auto:" not in unanchored
+    )  # no one-token pass timed: no estimate
 
 
 def test_the_summary_is_broken_at_spaces_and_after_separators_to_fit_a_terminal():
-    line = "96 tokens in 1.34s (71.6 tok/s) · drafter draft-model · accepted 84/84 drafted (100.0%), 1.99 tokens/pass · stop: length"
+    line = (
+        "96 tokens in 1.34s (71.6 tok/s) · drafter draft-model · accepted 84/84 drafted (100.0%), 1.99 "
+        "tokens/pass · stop: length"
+    )
     assert fit(line, None) == line and fit(line, 200) == line
     for width in (20, 40, 80):
         rows = fit(line, width).split("\n")
         assert " ".join(rows) == line
         assert all(len(row) < width for row in rows), rows
         assert not any(row.startswith("·") for row in rows)
-    assert fit(line, 40).split("\n")[:2] == ["96 tokens in 1.34s (71.6 tok/s) ·", "drafter draft-model · accepted 84/84"]
-    assert fit("a " + "x" * 50 + " b", 20) == "a\n" + "x" * 50 + "\nb"  # a word wider than the terminal: a row of its own
+    assert fit(line, 40).split("\n")[:2] == [
+        "96 tokens in 1.34s (71.6 tok/s) ·",
+        "drafter draft-model · accepted 84/84",
+    ]
+    assert (
+        fit("a " + "x" * 50 + " b", 20) == "a\n" + "x" * 50 + "\nb"
+    )  # a word wider than the terminal: a row of its own
 
 
 @pytest.mark.parametrize("width", [40, 120])
-def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Path, tmp_path: Path, width: int):
+def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(
+    smollm2_q4: Path, tmp_path: Path, width: int
+):
     """A real terminal forgets a pending wrap when the cursor is restored after a status refresh:
     the text must still read on screen exactly as --json gives it, at any width."""
     # Fixed drafting and threads: auto's lengths and the thread governor's counts follow timings,
     # and other batch widths or thread counts may break a tie the other way.
-    args = ("run", "-m", str(smollm2_q4), "-d", "none", "--draft-mode", "fixed", "--threads", "2", "--temp", "0", "-n", "300", "Why is the sky blue?")
+    args = (
+        "run",
+        "-m",
+        str(smollm2_q4),
+        "-d",
+        "none",
+        "--draft-mode",
+        "fixed",
+        "--threads",
+        "2",
+        "--temp",
+        "0",
+        "-n",
+        "300",
+        "Why is the sky blue?",
+    )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
     out = json.loads(localspec(*args, "--json", env=env).stdout)
     expected, n, stop = out["text"], out["stats"]["n_generated"], out["stop_reason"]
@@ -192,9 +292,11 @@ def test_in_tmux_the_screen_holds_the_text_and_the_summary_whole(smollm2_q4: Pat
 
     assert lines(expected) in lines(screen)
     rows = screen.strip().splitlines()
-    rows = rows[max(i for i, row in enumerate(rows) if row.startswith(f"{n} tokens in ")):]
+    rows = rows[max(i for i, row in enumerate(rows) if row.startswith(f"{n} tokens in ")) :]
     # The capture joins what the terminal wrapped: every row narrower than the pane was broken by
     # localspec at a space, never by the terminal inside a word.
     assert all(len(row) < width for row in rows), rows
     summary = " ".join(rows)
-    assert re.fullmatch(rf"{n} tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: {stop}", summary), summary
+    assert re.fullmatch(rf"{n} tokens in \S+s \(\S+ tok/s\) · drafter ngram · .* · stop: {stop}", summary), (
+        summary
+    )

@@ -23,14 +23,17 @@ def test_a_config_file_names_a_model_and_settings(tmp_path: Path):
     assert read_config(tmp_path / "none.toml").settings == {}  # no file: no defaults
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("draft_max = ", "is not valid TOML"),
-    ("drafts = 3", "'drafts' is not a setting"),
-    ("draft_max = 'eight'", "draft_max must be an integer"),
-    ("lookup = 1", "lookup must be true or false"),
-    ("draft_max = 0", "draft_max must be in [1, 256]"),
-    ("model = 3", "model must be a file path or an alias"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("draft_max = ", "is not valid TOML"),
+        ("drafts = 3", "'drafts' is not a setting"),
+        ("draft_max = 'eight'", "draft_max must be an integer"),
+        ("lookup = 1", "lookup must be true or false"),
+        ("draft_max = 0", "draft_max must be in [1, 256]"),
+        ("model = 3", "model must be a file path or an alias"),
+    ],
+)
 def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, fragment: str):
     path = tmp_path / "config.toml"
     path.write_text(text)
@@ -40,11 +43,21 @@ def test_a_bad_config_file_is_one_clear_error(tmp_path: Path, text: str, fragmen
 
 
 def test_variables_name_a_model_and_settings_and_bad_ones_are_errors():
-    d = read_env({"LOCALSPEC_MODEL": "m.gguf", "LOCALSPEC_THREADS": "3", "LOCALSPEC_LOOKUP": "off", "LOCALSPEC_REGISTRY": "x", "PATH": "/bin"})
+    d = read_env(
+        {
+            "LOCALSPEC_MODEL": "m.gguf",
+            "LOCALSPEC_THREADS": "3",
+            "LOCALSPEC_LOOKUP": "off",
+            "LOCALSPEC_REGISTRY": "x",
+            "PATH": "/bin",
+        }
+    )
     assert d.model == "m.gguf" and d.settings == {"threads": 3, "lookup": False}
-    for env, fragment in (({"LOCALSPEC_THREADS": "many"}, "LOCALSPEC_THREADS='many': must be an integer"),
-                          ({"LOCALSPEC_DRAFTMAX": "3"}, "LOCALSPEC_DRAFTMAX is not a setting"),
-                          ({"LOCALSPEC_TOP_P": "2"}, "LOCALSPEC_TOP_P must be in (0, 1]")):
+    for env, fragment in (
+        ({"LOCALSPEC_THREADS": "many"}, "LOCALSPEC_THREADS='many': must be an integer"),
+        ({"LOCALSPEC_DRAFTMAX": "3"}, "LOCALSPEC_DRAFTMAX is not a setting"),
+        ({"LOCALSPEC_TOP_P": "2"}, "LOCALSPEC_TOP_P must be in (0, 1]"),
+    ):
         with pytest.raises(LocalspecError, match="LOCALSPEC_") as e:
             read_env(env)
         assert fragment in str(e.value)
@@ -67,7 +80,10 @@ def test_precedence_flag_over_environment_over_config_file(tiny: TinyModels, tmp
         return json.loads(res.stdout)
 
     out = run()  # no -m: the config file's model and draft
-    assert out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)} and out["settings"]["draft_max"] == 3
+    assert (
+        out["model_files"] == {"target": str(tiny.target), "draft": str(tiny.close)}
+        and out["settings"]["draft_max"] == 3
+    )
     assert run(LOCALSPEC_DRAFT_MAX="5")["settings"]["draft_max"] == 5
     assert run("--draft-max", "2", LOCALSPEC_DRAFT_MAX="5")["settings"]["draft_max"] == 2
     shown = localspec("config", "--json", env={**env, "LOCALSPEC_TEMP": "0.3"})

@@ -9,13 +9,39 @@ import gguf
 import numpy as np
 
 WORDS = [
-    "the", "a", "cat", "dog", "sat", "on", "mat", "and", "ran", "to", "house", "big", "small",
-    "red", "blue", "tree", "sun", "moon", "is", "was", "in", "it", "of", "he", "she", "we",
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "and",
+    "ran",
+    "to",
+    "house",
+    "big",
+    "small",
+    "red",
+    "blue",
+    "tree",
+    "sun",
+    "moon",
+    "is",
+    "was",
+    "in",
+    "it",
+    "of",
+    "he",
+    "she",
+    "we",
 ]
 SPECIALS = ["<unk>", "<s>", "</s>"]
 
 
-def vocabulary(renamed: dict[int, str] | None = None, pad: int = 0) -> tuple[list[str], list[float], list[int]]:
+def vocabulary(
+    renamed: dict[int, str] | None = None, pad: int = 0
+) -> tuple[list[str], list[float], list[int]]:
     tokens = list(SPECIALS)
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
@@ -54,7 +80,9 @@ class TinySpec:
     # unlikely tokens does; their mass then stays small however many they are.
     pad_below: float = 0.0
     claimed_layers: int | None = None  # a header that says more (or fewer) layers than the tensors hold
-    header: tuple[tuple[str, object], ...] = ()  # header values written in place of the true ones (crafted files)
+    header: tuple[
+        tuple[str, object], ...
+    ] = ()  # header values written in place of the true ones (crafted files)
 
 
 def _weights(spec: TinySpec, n_vocab: int, seed: int) -> dict[str, np.ndarray]:

@@ -12,11 +12,21 @@ import llama_cpp
 SEQ = 0  # every model here decodes a single sequence
 
 
+class DecodeAborted(Exception):
+    """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
+
+
 def fill(batch: Any, tokens: Sequence[int], base: int, every: bool, last: bool = True) -> int:
     """Put `tokens` at positions base.. of SEQ into `batch`, with logits for every token or (`last`)
     for the last one; returns their number."""
     n = len(tokens)
-    token, pos, n_seq_id, seq_id, logits = batch.token, batch.pos, batch.n_seq_id, batch.seq_id, batch.logits  # a pointer object each
+    token, pos, n_seq_id, seq_id, logits = (
+        batch.token,
+        batch.pos,
+        batch.n_seq_id,
+        batch.seq_id,
+        batch.logits,
+    )  # a pointer object each
     for i, tok in enumerate(tokens):
         token[i] = tok
         pos[i] = base + i
@@ -29,9 +39,11 @@ def fill(batch: Any, tokens: Sequence[int], base: int, every: bool, last: bool =
     return n
 
 
-def fill_tree(batch: Any, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> int:
+def fill_tree(
+    batch: Any, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]
+) -> int:
     """Put each token at its position in its sequences into `batch`, with logits for every token."""
-    for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids)):
+    for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids, strict=False)):
         batch.token[i] = tok
         batch.pos[i] = pos
         batch.n_seq_id[i] = len(seqs)

@@ -44,7 +44,10 @@ def demo_target(shipped: Path, folder: Path, threads: int, notify: Callable[[str
         params.ftype = llama_cpp.LLAMA_FTYPE_ALL_F32
         params.allow_requantize = True
         params.nthread = threads
-        if llama_cpp.llama_model_quantize(str(shipped).encode(), str(tmp).encode(), ctypes.byref(params)) != 0:
+        if (
+            llama_cpp.llama_model_quantize(str(shipped).encode(), str(tmp).encode(), ctypes.byref(params))
+            != 0
+        ):
             raise LocalspecError(f"llama.cpp could not write the demo target to {folder} (is the disk full?)")
         check_gguf(tmp)
         os.replace(tmp, path)  # whole or not at all: a run killed mid-way leaves only the part file

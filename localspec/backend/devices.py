@@ -19,7 +19,7 @@ CPU, GPU, IGPU = 0, 1, 2  # enum ggml_backend_dev_type
 RPC = b"RPC"  # the name of the RPC backend's registry, and of its devices' registry
 NO_RPC = (
     "this llama-cpp-python was built without RPC: reinstall it with "
-    "CMAKE_ARGS=\"-DGGML_RPC=ON\" pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python"
+    'CMAKE_ARGS="-DGGML_RPC=ON" pip install --force-reinstall --no-deps --no-cache-dir llama-cpp-python'
 )
 
 
@@ -51,7 +51,10 @@ _servers: dict[str, list[int]] = {}  # endpoint -> its devices, registered once 
 def build() -> str:
     """Which llama.cpp this is and the ggml backends compiled into it (CPU, Metal, CUDA, RPC...)."""
     names = ", ".join(_reg_name(_reg_get(i)).decode() for i in range(_reg_count()))
-    return f"llama-cpp-python {llama_cpp.__version__} (llama.cpp {llama_cpp.llama_version().decode()}), backends: {names}"
+    return (
+        f"llama-cpp-python {llama_cpp.__version__} (llama.cpp {llama_cpp.llama_version().decode()}), "
+        f"backends: {names}"
+    )
 
 
 def rpc_available() -> bool:

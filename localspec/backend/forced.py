@@ -23,7 +23,11 @@ class ForcedText:
     def __init__(self, model: TokenText) -> None:
         self._model = model
         # The tokens that end generation, which the grammar allows where it may end.
-        ends = [t for t in (llama_cpp.llama_vocab_eos(model.vocab), llama_cpp.llama_vocab_eot(model.vocab)) if t >= 0]
+        ends = [
+            t
+            for t in (llama_cpp.llama_vocab_eos(model.vocab), llama_cpp.llama_vocab_eot(model.vocab))
+            if t >= 0
+        ]
         ids, chars = [], []
         for c in CHARACTERS:
             tokens = self._spelled(c)
@@ -67,4 +71,3 @@ class ForcedText:
         finally:
             probe.close()
         return "".join(chars)
-

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from localspec.backend.gguf_hparams import hparams_problem
+from localspec.backend.gguf_strings import Corrupt, StringArray, string_array
 from localspec.errors import LocalspecError
 from localspec.text_input import exists
 
@@ -27,44 +28,25 @@ BLOCK_RE = re.compile(r"^blk\.(\d+)\.")
 DEFAULT_ALIGNMENT = 32
 
 # GGUF value types: the struct format of each fixed-size one (8: string, 9: array).
-_SCALARS = {k: struct.Struct(f) for k, f in {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}.items()}
+_SCALARS = {
+    k: struct.Struct(f)
+    for k, f in {
+        0: "<B",
+        1: "<b",
+        2: "<H",
+        3: "<h",
+        4: "<I",
+        5: "<i",
+        6: "<f",
+        7: "<?",
+        10: "<Q",
+        11: "<q",
+        12: "<d",
+    }.items()
+}
 _U32, _U64 = _SCALARS[4], _SCALARS[10]
 _STRING, _ARRAY = 8, 9
 _SHORT_ARRAY = 64  # arrays up to this long are decoded (hyper-parameters per layer); longer ones only located
-
-
-class _Corrupt(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class StringArray:
-    """A GGUF string array in place: where each entry's bytes lie in the file."""
-
-    data: np.ndarray  # the whole file's bytes (a memory map)
-    starts: np.ndarray  # the offset of each entry's text
-    lengths: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def encoded(self, first: int, last: int) -> bytes:
-        """Entries first..last-1 as the file holds them (each after its 8-byte length)."""
-        if first >= last:
-            return b""
-        return self.data[self.starts[first] - 8 : self.starts[last - 1] + self.lengths[last - 1]].tobytes()
-
-    def text(self, i: int) -> bytes:
-        return self.data[self.starts[i] : self.starts[i] + self.lengths[i]].tobytes()
-
-    def joined(self, separator: int = 0) -> bytes:
-        """Every entry followed by `separator`, concatenated."""
-        lengths = self.lengths
-        owner = np.repeat(np.arange(len(self), dtype=np.int64), lengths)  # the entry of each text byte
-        byte = np.arange(len(owner), dtype=np.int64)  # its place among all the texts' bytes
-        out = np.full(len(owner) + len(self), separator, dtype=np.uint8)
-        out[byte + owner] = self.data[byte + np.repeat(self.starts - (np.cumsum(lengths) - lengths), lengths)]
-        return out.tobytes()
 
 
 @dataclass(frozen=True)
@@ -77,7 +59,9 @@ class TensorInfo:
 @dataclass
 class GGUFInfo:
     path: Path
-    fields: dict[str, object]  # scalars, strings and short arrays decoded; long arrays: a StringArray or their length
+    fields: dict[
+        str, object
+    ]  # scalars, strings and short arrays decoded; long arrays: a StringArray or their length
     tensors: list[TensorInfo]
 
     def tokens(self) -> StringArray | None:
@@ -101,7 +85,9 @@ def check_gguf(path: Path, role: str = "model") -> GGUFInfo:
     m = SPLIT_RE.match(path.name)
     if m and int(m["idx"]) > 1:
         first = path.with_name(f"{m['stem']}-00001-of-{m['total']}.gguf")
-        raise LocalspecError(f"{path.name} is part {int(m['idx'])} of a split {role}: pass the first part, {first}")
+        raise LocalspecError(
+            f"{path.name} is part {int(m['idx'])} of a split {role}: pass the first part, {first}"
+        )
     parts = [_check_one(part, role) for part in split_parts(path)]
     _check_header(parts, path, role)
     return parts[0]
@@ -128,11 +114,13 @@ def _check_one(path: Path, role: str) -> GGUFInfo:
         raise LocalspecError(f"cannot read {role} file {path}: {e.strerror}") from None
     try:
         info = _Reader(data).read(path)
-    except (_Corrupt, struct.error, ValueError, KeyError, OverflowError, UnicodeDecodeError, RecursionError):
+    except (Corrupt, struct.error, ValueError, KeyError, OverflowError, UnicodeDecodeError, RecursionError):
         raise LocalspecError(f"{role} file is corrupt or truncated: {path}") from None
     for t in info.tensors:
         if t.offset + t.n_bytes > len(data):
-            raise LocalspecError(f"{role} file is truncated: {path} (tensor {t.name} ends past the end of file)")
+            raise LocalspecError(
+                f"{role} file is truncated: {path} (tensor {t.name} ends past the end of file)"
+            )
     if not info.tensors and "general.architecture" not in info.fields:
         raise LocalspecError(f"{role} file holds no model: {path}")
     return info
@@ -145,7 +133,7 @@ class _Reader:
 
     def _take(self, kind: struct.Struct) -> int:
         if self.pos + kind.size > len(self.data):
-            raise _Corrupt
+            raise Corrupt
         (value,) = kind.unpack_from(self.data, self.pos)
         self.pos += kind.size
         return value
@@ -153,7 +141,7 @@ class _Reader:
     def _string(self) -> str:
         n = self._take(_U64)
         if self.pos + n > len(self.data):
-            raise _Corrupt
+            raise Corrupt
         text = self.data[self.pos : self.pos + n].tobytes().decode("utf-8")
         self.pos += n
         return text
@@ -164,7 +152,7 @@ class _Reader:
         if kind == _ARRAY:
             return self._array()
         if kind not in _SCALARS:
-            raise _Corrupt
+            raise Corrupt
         return self._take(_SCALARS[kind])
 
     def _array(self) -> object:
@@ -172,13 +160,13 @@ class _Reader:
         if n <= _SHORT_ARRAY:
             return [self._value(kind) for _ in range(n)]
         if kind == _STRING:
-            strings, self.pos = _string_array(self.data, self.pos, n)
+            strings, self.pos = string_array(self.data, self.pos, n)
             return strings
         if kind not in _SCALARS:
-            raise _Corrupt  # arrays of arrays: no model has a long one
+            raise Corrupt  # arrays of arrays: no model has a long one
         self.pos += n * _SCALARS[kind].size
         if self.pos > len(self.data):
-            raise _Corrupt
+            raise Corrupt
         return n
 
     def read(self, path: Path) -> GGUFInfo:
@@ -186,10 +174,10 @@ class _Reader:
 
         sizes = {int(kind): size for kind, size in GGML_QUANT_SIZES.items()}  # type -> (block, bytes)
         if self._take(_U32) not in (2, 3):
-            raise _Corrupt
+            raise Corrupt
         n_tensors, n_kv = self._take(_U64), self._take(_U64)
         if n_tensors > len(self.data) or n_kv > len(self.data):
-            raise _Corrupt
+            raise Corrupt
         fields: dict[str, object] = {}
         for _ in range(n_kv):
             key = self._string()
@@ -199,56 +187,17 @@ class _Reader:
             name = self._string()
             n_dims = self._take(_U32)
             if n_dims > 8:
-                raise _Corrupt
+                raise Corrupt
             elements = math.prod(self._take(_U64) for _ in range(n_dims))
             block, size = sizes[self._take(_U32)]
             infos.append((name, self._take(_U64), elements // block * size))
         alignment = fields.get("general.alignment", DEFAULT_ALIGNMENT)
         if not isinstance(alignment, int) or alignment <= 0:
-            raise _Corrupt
+            raise Corrupt
         start = -(-self.pos // alignment) * alignment
-        return GGUFInfo(path, fields, [TensorInfo(name, start + offset, n_bytes) for name, offset, n_bytes in infos])
-
-
-def _string_array(data: np.ndarray, pos: int, n: int) -> tuple[StringArray, int]:
-    """The n strings from `pos` on, and where they end.
-
-    Each entry is an 8-byte little-endian length, then that many bytes. Token texts hold no zero
-    bytes, so a length field of 1..255 is the only place where a non-zero byte is followed by seven
-    zeros: every such place is a candidate entry, and a run of candidates each of which ends where
-    the next begins is verified link by link from a known start. Entries that break a run (an
-    empty or a long text) are stepped over one at a time."""
-    starts = np.empty(n, dtype=np.int64)
-    lengths = np.empty(n, dtype=np.int64)
-    size, done, first = len(data), 0, pos
-    while done < n:
-        per_entry = (pos - first) / done if done else 16.0  # bytes an entry took so far
-        window = data[pos : min(size, pos + (1 << 16) + int((n - done) * per_entry * 1.25))]
-        if len(window) < 8:
-            raise _Corrupt
-        zero = window == 0
-        two = zero[:-1] & zero[1:]
-        four = two[:-2] & two[2:]
-        seven = four[:-3] & four[3:]  # zeros at j..j+6
-        cand = np.flatnonzero(~zero[: len(seven) - 1] & seven[1:]) + pos
-        ends = cand + 8 + data[cand]
-        breaks = np.flatnonzero(np.append(ends[:-1] != cand[1:], True))
-        limit = pos + len(window) - 8  # a length field starting later is not wholly in the window
-        while done < n and pos <= limit:
-            k = int(np.searchsorted(cand, pos))
-            if k < len(cand) and cand[k] == pos:
-                last = min(int(breaks[np.searchsorted(breaks, k)]), k + n - done - 1)
-                count = last + 1 - k
-                starts[done : done + count] = cand[k : last + 1] + 8
-                lengths[done : done + count] = ends[k : last + 1] - cand[k : last + 1] - 8
-                done, pos = done + count, int(ends[last])
-            else:
-                (length,) = struct.unpack_from("<Q", data, pos)
-                starts[done], lengths[done] = pos + 8, length
-                done, pos = done + 1, pos + 8 + length
-            if pos > size:
-                raise _Corrupt
-    return StringArray(data, starts, lengths), pos
+        return GGUFInfo(
+            path, fields, [TensorInfo(name, start + offset, n_bytes) for name, offset, n_bytes in infos]
+        )
 
 
 def _check_header(parts: list[GGUFInfo], path: Path, role: str) -> None:
@@ -258,7 +207,13 @@ def _check_header(parts: list[GGUFInfo], path: Path, role: str) -> None:
     arch = fields.get("general.architecture")
     if not isinstance(arch, str):
         return
-    for key in ("block_count", "embedding_length", "context_length", "attention.head_count", "rope.dimension_count"):
+    for key in (
+        "block_count",
+        "embedding_length",
+        "context_length",
+        "attention.head_count",
+        "rope.dimension_count",
+    ):
         value = fields.get(f"{arch}.{key}")
         # Per-layer arrays may hold zeros (layers without attention), never only zeros.
         if value == 0 or (isinstance(value, list) and value and not any(value)):
@@ -274,4 +229,7 @@ def _check_header(parts: list[GGUFInfo], path: Path, role: str) -> None:
         return
     present = {int(m[1]) for part in parts for t in part.tensors if (m := BLOCK_RE.match(t.name))}
     if present and not set(range(claimed)) <= present:
-        raise LocalspecError(f"{role} file is inconsistent: {path} (its header says {claimed} layers, its tensors hold {len(present)})")
+        raise LocalspecError(
+            f"{role} file is inconsistent: {path} (its header says {claimed} layers, its tensors hold "
+            f"{len(present)})"
+        )

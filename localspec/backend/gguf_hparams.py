@@ -45,7 +45,10 @@ def hparams_problem(fields: dict[str, Any], arch: str) -> str | None:
     if experts > 0 and groups >= experts:
         return f"{key('expert_group_count')} = {groups}, not fewer than its {experts} experts"
     if groups > 1 and (experts % groups or not 0 < group_used < groups):
-        return f"{key('expert_group_count')} = {groups}, {key('expert_group_used_count')} = {group_used} with {experts} experts"
+        return (
+            f"{key('expert_group_count')} = {groups}, {key('expert_group_used_count')} = {group_used} "
+            f"with {experts} experts"
+        )
     return None
 
 

@@ -110,7 +110,9 @@ class Grammar:
         """Whether each token of `ids` may come next."""
         data = np.zeros(len(ids), dtype=_TOKEN_DATA)
         data["id"] = ids
-        array = llama_cpp.llama_token_data_array(data.ctypes.data_as(llama_cpp.llama_token_data_p), len(data), -1, False)
+        array = llama_cpp.llama_token_data_array(
+            data.ctypes.data_as(llama_cpp.llama_token_data_p), len(data), -1, False
+        )
         llama_cpp.llama_sampler_apply(self._sampler, ctypes.byref(array))
         return np.isfinite(data["logit"])
 

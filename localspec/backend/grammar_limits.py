@@ -43,7 +43,9 @@ class Limits:
         for part in given.split(","):
             name, _, value = part.partition("=")
             if name.strip() not in names or not value.strip().isdigit():
-                raise ValueError(f"{LIMITS_ENV}={given!r}: give name=number pairs, names among {', '.join(sorted(names))}")
+                raise ValueError(
+                    f"{LIMITS_ENV}={given!r}: give name=number pairs, names among {', '.join(sorted(names))}"
+                )
             changes[name.strip()] = int(value)
         return replace(Limits(), **changes)
 
@@ -54,7 +56,7 @@ def _outside_literals(gbnf: str) -> Iterator[tuple[int, str]]:
     i, n = 0, len(gbnf)
     while i < n:
         c = gbnf[i]
-        if c in "\"[":
+        if c in '"[':
             close = '"' if c == '"' else "]"
             i += 1
             while i < n and gbnf[i] != close:
@@ -80,7 +82,9 @@ def gbnf_limit_problem(gbnf: str, limits: Limits | None = None) -> str | None:
 @functools.lru_cache(maxsize=32)
 def _gbnf_scan(gbnf: str, limits: Limits) -> str | None:
     if len(gbnf.encode()) > limits.bytes:
-        return f"is {len(gbnf.encode()):,} bytes, past the limit of {limits.bytes:,} ({LIMITS_ENV} may raise it)"
+        return (
+            f"is {len(gbnf.encode()):,} bytes, past the limit of {limits.bytes:,} ({LIMITS_ENV} may raise it)"
+        )
     depth = deepest = alternatives = 0
     structure = []
     for i, c in _outside_literals(gbnf):
@@ -103,7 +107,10 @@ def _gbnf_scan(gbnf: str, limits: Limits) -> str | None:
     if rules > MAX_RULES:
         return f"has {rules:,} rules, past the limit of {MAX_RULES:,}"
     if alternatives > limits.alternatives:
-        return f"has {alternatives:,} alternatives, past the limit of {limits.alternatives:,} ({LIMITS_ENV} may raise it)"
+        return (
+            f"has {alternatives:,} alternatives, past the limit of {limits.alternatives:,} "
+            f"({LIMITS_ENV} may raise it)"
+        )
     return None
 
 
@@ -128,9 +135,16 @@ SUBSCHEMA = ("items", "additionalProperties", "not", "contains", "if", "then", "
 SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
 KEYWORD_TYPES: dict[str, tuple[type, ...]] = {
-    "$ref": (str,), "pattern": (str,), "format": (str,), "type": (str, list), "required": (list,),
-    "enum": (list,), "items": (dict, bool, list), "additionalProperties": (dict, bool),
-    **{k: (list,) for k in SUBSCHEMA_LISTS}, **{k: (dict,) for k in SUBSCHEMA_MAPS},
+    "$ref": (str,),
+    "pattern": (str,),
+    "format": (str,),
+    "type": (str, list),
+    "required": (list,),
+    "enum": (list,),
+    "items": (dict, bool, list),
+    "additionalProperties": (dict, bool),
+    **{k: (list,) for k in SUBSCHEMA_LISTS},
+    **{k: (dict,) for k in SUBSCHEMA_MAPS},
 }
 
 
@@ -171,17 +185,29 @@ def _keyword_problem(node: dict, limits: Limits) -> str | None:
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
             return f"has {key} {str(value)[:40]}: give a number"
         if value is not None and not 0 <= value <= limits.repeat:
-            return f"has {key} {_number(value)}, past the limit of {limits.repeat:,} ({LIMITS_ENV} may raise it)"
-    for low, high in (("minLength", "maxLength"), ("minItems", "maxItems"), ("minProperties", "maxProperties")):
+            return (
+                f"has {key} {_number(value)}, past the limit of {limits.repeat:,} ({LIMITS_ENV} may raise it)"
+            )
+    for low, high in (
+        ("minLength", "maxLength"),
+        ("minItems", "maxItems"),
+        ("minProperties", "maxProperties"),
+    ):
         if low in node and high in node and node[low] > node[high]:
             return f"has {low} {_number(node[low])} above {high} {_number(node[high])}: nothing can match"
     enum = node.get("enum")
     if enum is not None and not enum:
         return "has an empty enum: nothing can match"
     if enum is not None and len(enum) > limits.alternatives:
-        return f"has an enum of {len(enum):,} values, past the limit of {limits.alternatives:,} ({LIMITS_ENV} may raise it)"
+        return (
+            f"has an enum of {len(enum):,} values, past the limit of {limits.alternatives:,} "
+            f"({LIMITS_ENV} may raise it)"
+        )
     if "pattern" in node and _pattern_size(node["pattern"]) > limits.repeat:
-        return f"has a pattern that repeats past the limit of {limits.repeat:,} characters ({LIMITS_ENV} may raise it)"
+        return (
+            f"has a pattern that repeats past the limit of {limits.repeat:,} characters ({LIMITS_ENV} "
+            "may raise it)"
+        )
     return None
 
 
@@ -189,7 +215,9 @@ _TYPE_NAMES = {str: "a string", list: "a list", dict: "an object", bool: "true o
 
 
 def _number(value: float) -> str:
-    return f"{value:,}" if isinstance(value, int) or value.is_integer() and abs(value) < 1e18 else f"{value:g}"
+    return (
+        f"{value:,}" if isinstance(value, int) or value.is_integer() and abs(value) < 1e18 else f"{value:g}"
+    )
 
 
 def _pattern_size(pattern: str) -> int:

@@ -72,7 +72,15 @@ def _windows_total_memory() -> int | None:
     class MemoryStatusEx(ctypes.Structure):  # MEMORYSTATUSEX, sysinfoapi.h
         _fields_ = [("dwLength", ctypes.c_ulong), ("dwMemoryLoad", ctypes.c_ulong)] + [
             (name, ctypes.c_ulonglong)
-            for name in ("ullTotalPhys", "ullAvailPhys", "ullTotalPageFile", "ullAvailPageFile", "ullTotalVirtual", "ullAvailVirtual", "ullAvailExtendedVirtual")
+            for name in (
+                "ullTotalPhys",
+                "ullAvailPhys",
+                "ullTotalPageFile",
+                "ullAvailPageFile",
+                "ullTotalVirtual",
+                "ullAvailVirtual",
+                "ullAvailExtendedVirtual",
+            )
         ]
 
     status = MemoryStatusEx(dwLength=ctypes.sizeof(MemoryStatusEx))

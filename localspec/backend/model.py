@@ -5,22 +5,23 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 
-from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
+from localspec.backend.batch import SEQ, DecodeAborted, decode_synced, fill
 from localspec.backend.devices import local_gpus
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
+from localspec.backend.model_options import ModelOptions
 from localspec.backend.mtp import MtpHead, attach_heads
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
 from localspec.backend.token_text import TokenText
 from localspec.backend.top_tokens import DeviceArgmax
+from localspec.backend.tree_sequences import TreeSequences
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.errors import LocalspecError
 
@@ -29,29 +30,7 @@ CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 DEFAULT_CTX = 4096  # a context of 0 asks for the model's training context, but at most this
 
 
-@dataclass(frozen=True)
-class ModelOptions:
-    n_ctx: int = 0  # 0: the model's training context, capped at DEFAULT_CTX
-    n_batch: int = 512
-    n_threads: int = 1
-    n_threads_batch: int = 1
-    n_gpu_layers: int = 0
-    devices: tuple[int, ...] | None = None  # what offloaded layers go to (None: this machine's GPUs)
-    tensor_split: tuple[float, ...] = ()  # in what proportions (empty: by free memory)
-    rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
-    n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
-    slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
-    chat_template: str | None = None  # the user's, over the GGUF's
-    mtp: bool = False  # load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
-    device_argmax: bool = True  # greedy passes may take their argmax on the GPU (backend/top_tokens.py) when all layers are there
-    verbose: bool = False
-
-
-class DecodeAborted(Exception):
-    """llama_decode stopped early because the cancel event was set (Ctrl-C)."""
-
-
-class Model(TokenText):
+class Model(TokenText, TreeSequences):
     """Weights, one context and the exact list of tokens its KV cache holds (`cached`)."""
 
     def __init__(self, path: Path, options: ModelOptions, cancel: threading.Event | None = None) -> None:
@@ -60,7 +39,9 @@ class Model(TokenText):
         self.path = path
         self.options = options
         self._cancel = cancel or threading.Event()
-        self.model = load_weights(path, options.n_gpu_layers, False, options.devices, options.tensor_split, options.mtp)
+        self.model = load_weights(
+            path, options.n_gpu_layers, False, options.devices, options.tensor_split, options.mtp
+        )
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.recurrent = bool(
@@ -80,7 +61,9 @@ class Model(TokenText):
         cparams.n_seq_max = options.n_seq_max
         # Sequences that share cells (a draft tree's common prefix) need one unified KV cache.
         cparams.kv_unified = options.n_seq_max > 1
-        cparams.n_outputs_max_per_seq = options.n_batch  # a verification pass's rows, for DeviceArgmax (1 by default)
+        cparams.n_outputs_max_per_seq = (
+            options.n_batch
+        )  # a verification pass's rows, for DeviceArgmax (1 by default)
         cparams.n_threads = options.n_threads
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
@@ -102,11 +85,17 @@ class Model(TokenText):
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.logits = LogitsReader(self.ctx, self.n_vocab, path.name)
         # A target with MTP heads keeps to logits: its passes' hidden states are read too.
-        self.argmax = DeviceArgmax(self.ctx) if options.device_argmax and not options.mtp and self._output_offloaded() else None
+        self.argmax = (
+            DeviceArgmax(self.ctx)
+            if options.device_argmax and not options.mtp and self._output_offloaded()
+            else None
+        )
         self.hidden: HiddenRows | None = None
         self.head: MtpHead | None = None
         self.cached: list[int] = []
-        self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)  # none: a recurrent state cannot be cut back to a shared prefix
+        self.kept = KeptSequences(
+            self, 0 if self.recurrent else options.slots
+        )  # none: a recurrent state cannot be cut back to a shared prefix
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces, self._ends = {}, {}  # TokenText's: each token's bytes and whether it ends generation
         self.threads = options.n_threads
@@ -159,7 +148,9 @@ class Model(TokenText):
         self.cached.clear()
         return False
 
-    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray | None:
+    def decode(
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False
+    ) -> np.ndarray | None:
         """Append tokens to the cache in one pass (chunked by n_batch for long prompts).
 
         Returns logits as a (rows, n_vocab) view into llama.cpp's buffer, valid until the next decode:
@@ -219,45 +210,9 @@ class Model(TokenText):
         self.busy_s += seconds
         return rc
 
-    # --- several sequences (tree drafting) ---------------------------------------------------
-    def decode_tree(
-        self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]
-    ) -> np.ndarray:
-        """One pass over tokens at explicit positions, each in the given sequences, with logits for
-        every token. `cached` keeps describing sequence 0 only; the caller commits a path after."""
-        if len(tokens) > self.n_batch:
-            raise ValueError("a tree must fit one batch")
-        with self.timer(len(tokens)):
-            return self._decode_tree(tokens, positions, seq_ids)
-
-    def _decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
-        self._want(False)  # branches in other sequences have no sampler: a tree is judged on logits
-        rc = self._llama_decode(fill_tree(self._batch, tokens, positions, seq_ids))
-        if rc == 2:
-            # As in _decode_chunk: drop whatever part of the batch reached the cache, in every sequence.
-            llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)
-            raise DecodeAborted()
-        if rc != 0:
-            raise LocalspecError(f"llama_decode failed ({rc}) on {self.path.name} for a draft tree")
-        if self.hidden is not None:
-            self.hidden.cut(min(positions))
-        return self.logits.rows(len(tokens))
-
-    def copy_seq(self, src: int, dst: int, p0: int = -1, p1: int = -1) -> None:
-        llama_cpp.llama_memory_seq_cp(self.memory, src, dst, p0, p1)
-
-    def drop_seq(self, seq: int, p0: int = -1, p1: int = -1) -> None:
-        llama_cpp.llama_memory_seq_rm(self.memory, seq, p0, p1)
-
-    def commit_path(self, seq: int, path: Sequence[int], n_seqs: int, rows: Sequence[int] = ()) -> None:
-        """After a tree pass: make sequence 0 hold `cached` + `path` (the tokens of sequence `seq`
-        right after the cached ones) and free every other sequence's cells. `rows`: the tree
-        pass's rows of path's tokens, whose hidden states the MTP heads are to take in."""
-        if self.hidden is not None and rows:
-            self.hidden.pick(self.ctx, len(self.cached), rows)
-        commit_path(self, seq, path, n_seqs)
-
-    def prefill(self, tokens: Sequence[int], reevaluate_last: bool = False, top_only: bool | None = None) -> int:
+    def prefill(
+        self, tokens: Sequence[int], reevaluate_last: bool = False, top_only: bool | None = None
+    ) -> int:
         """Make the cache hold exactly `tokens`, evaluating only what is not cached yet; return how
         many were reused. reevaluate_last: evaluate the last token even if cached, for its logits."""
         n = common_prefix(self.cached, tokens)
@@ -297,4 +252,3 @@ class Model(TokenText):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

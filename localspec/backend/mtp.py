@@ -109,7 +109,10 @@ class MtpHead:
         self.target, self.hidden, self.path, self.n_vocab = target, hidden, target.path, target.n_vocab
         self.heads = int(llama_cpp.llama_model_n_layer_nextn(target.model))
         if self.heads > 1 and _arch(target.model) not in CHAINED_ARCHS:
-            raise LocalspecError(f"this llama.cpp runs one MTP head for {_arch(target.model)}, and {target.path.name} holds {self.heads}")
+            raise LocalspecError(
+                f"this llama.cpp runs one MTP head for {_arch(target.model)}, and {target.path.name} holds "
+                f"{self.heads}"
+            )
         self.n_embd = hidden.n_embd
         self.n_seq_max = target.n_seq_max
         self.n_batch = target.n_batch
@@ -188,7 +191,13 @@ class MtpHead:
             self._outputs.append(output)
         return self._caches[min(len(self._drafted), self.heads - 1)].logits.rows(1, first=-1)
 
-    def _catch_up(self, cache: _Cache, context: Sequence[int], drafted: Sequence[int] = (), outputs: Sequence[np.ndarray] = ()) -> np.ndarray:
+    def _catch_up(
+        self,
+        cache: _Cache,
+        context: Sequence[int],
+        drafted: Sequence[int] = (),
+        outputs: Sequence[np.ndarray] = (),
+    ) -> np.ndarray:
         """Make `cache` hold `context` paired with the target's states, then `drafted`, each paired
         with the output before it; its output at the last token."""
         n = min(common_prefix(cache.cached, context), cache.exact, len(context) - 1)
@@ -199,20 +208,27 @@ class MtpHead:
         if drafted:
             rows = np.concatenate([rows, np.stack(outputs[: len(drafted)])])
         for start in range(0, len(tokens), self.n_batch):
-            output = self._decode(cache, tokens[start : start + self.n_batch], rows[start : start + self.n_batch])
+            output = self._decode(
+                cache, tokens[start : start + self.n_batch], rows[start : start + self.n_batch]
+            )
         cache.exact = len(context)
         return output
 
     def _decode(self, cache: _Cache, tokens: Sequence[int], rows: np.ndarray) -> np.ndarray:
         """Append `tokens` paired with `rows`; the head's output at the last."""
         if len(cache.cached) + len(tokens) > self.target.n_ctx:
-            raise LocalspecError(f"context is full: {len(cache.cached) + len(tokens)} tokens needed, --ctx is {self.target.n_ctx}")
+            raise LocalspecError(
+                f"context is full: {len(cache.cached) + len(tokens)} tokens needed, --ctx is "
+                f"{self.target.n_ctx}"
+            )
         base = len(cache.cached)
         n = fill(self._batch, tokens, base, every=False)
         self._embd[:n] = rows
         if (rc := self._run(cache.ctx, n)) != 0:
             llama_cpp.llama_memory_seq_rm(cache.memory, SEQ, base, -1)
-            raise LocalspecError(f"llama_decode failed ({rc}) in the MTP head of {self.path.name} at position {base}")
+            raise LocalspecError(
+                f"llama_decode failed ({rc}) in the MTP head of {self.path.name} at position {base}"
+            )
         cache.cached.extend(tokens)
         return self._output(cache.ctx, n - 1)
 
@@ -223,20 +239,28 @@ class MtpHead:
         return rc
 
     def _output(self, ctx: Any, row: int) -> np.ndarray:
-        return np.ctypeslib.as_array(llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, row), shape=(self.n_embd,)).copy()
+        return np.ctypeslib.as_array(
+            llama_cpp_ext.llama_get_embeddings_nextn_ith(ctx, row), shape=(self.n_embd,)
+        ).copy()
 
     # --- several sequences of the first head (a draft tree) -------------------------------
-    def decode_tree(self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    def decode_tree(
+        self, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]
+    ) -> np.ndarray:
         """One pass over each branch's newest token (in one sequence each), paired with the head's
         output at the token before it in that branch; logits for every token. `cached` keeps
         describing sequence 0; the caller commits a path after."""
         if max(positions) >= self.target.n_ctx:
-            raise LocalspecError(f"context is full: {max(positions) + 1} tokens needed, --ctx is {self.target.n_ctx}")
+            raise LocalspecError(
+                f"context is full: {max(positions) + 1} tokens needed, --ctx is {self.target.n_ctx}"
+            )
         n = fill_tree(self._batch, tokens, positions, seq_ids)
         self._embd[:n] = [self._state[seqs[0]] for seqs in seq_ids]
         if (rc := self._run(self.ctx, n)) != 0:
             llama_cpp.llama_memory_seq_rm(self.memory, -1, min(positions), -1)
-            raise LocalspecError(f"llama_decode failed ({rc}) in the MTP head of {self.path.name} for a draft tree")
+            raise LocalspecError(
+                f"llama_decode failed ({rc}) in the MTP head of {self.path.name} for a draft tree"
+            )
         for i, seqs in enumerate(seq_ids):
             self._state[seqs[0]] = self._output(self.ctx, i)
         return self._caches[0].logits.rows(n)

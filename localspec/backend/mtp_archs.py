@@ -10,10 +10,24 @@ from localspec.errors import LocalspecError
 # Architectures whose NextN layers this llama.cpp runs as an MTP graph (src/models/*.cpp building
 # LLM_GRAPH_TYPE_DECODER_MTP); others (glm4, gemma4's assistant) keep theirs unused.
 # (glm5-next loads NextN layers but its MTP graph throws "not implemented yet".)
-MTP_ARCHS = frozenset({
-    "bailingmoe3", "cohere2moe", "deepseek2", "deepseek32", "deepseek4", "glm-dsa", "glm4moe",
-    "hy_v3", "mimo2", "nemotron_h_moe", "qwen35", "qwen35moe", "qwen3next", "step35",
-})
+MTP_ARCHS = frozenset(
+    {
+        "bailingmoe3",
+        "cohere2moe",
+        "deepseek2",
+        "deepseek32",
+        "deepseek4",
+        "glm-dsa",
+        "glm4moe",
+        "hy_v3",
+        "mimo2",
+        "nemotron_h_moe",
+        "qwen35",
+        "qwen35moe",
+        "qwen3next",
+        "step35",
+    }
+)
 # Those whose MTP graph picks a head by llama_set_nextn_layer_offset; every other one asserts that
 # the file holds a single head, and aborts the process on more.
 CHAINED_ARCHS = frozenset({"hy_v3", "mimo2", "step35"})
@@ -30,8 +44,10 @@ def head_count(info: GGUFInfo) -> int:
     names = {t.name for t in info.tensors}
     held = sum(f"blk.{i}.nextn.eh_proj.weight" in names for i in range(max(blocks - claimed, 0), blocks))
     if claimed >= blocks or 0 < held < claimed:
-        raise LocalspecError(f"model file is inconsistent: {info.path} (its header gives {claimed} MTP heads of "
-                             f"{blocks} layers, its tensors hold {held})")
+        raise LocalspecError(
+            f"model file is inconsistent: {info.path} (its header gives {claimed} MTP heads of "
+            f"{blocks} layers, its tensors hold {held})"
+        )
     return held
 
 
@@ -49,10 +65,16 @@ def check_heads(info: GGUFInfo) -> None:
     """Raise LocalspecError unless the target can draft with its own heads here."""
     arch = info.fields.get("general.architecture")
     if not head_count(info):
-        raise LocalspecError(f"-d mtp needs a model with MTP heads (NextN layers): {info.path.name} ({arch}) has none")
+        raise LocalspecError(
+            f"-d mtp needs a model with MTP heads (NextN layers): {info.path.name} ({arch}) has none"
+        )
     if arch not in MTP_ARCHS:
-        raise LocalspecError(f"-d mtp: this llama.cpp runs no MTP graph for {arch} ({info.path.name}); "
-                             f"it does for {', '.join(sorted(MTP_ARCHS))}")
+        raise LocalspecError(
+            f"-d mtp: this llama.cpp runs no MTP graph for {arch} ({info.path.name}); "
+            f"it does for {', '.join(sorted(MTP_ARCHS))}"
+        )
     if not _runs_heads(arch, heads := head_count(info)):
-        raise LocalspecError(f"-d mtp: this llama.cpp runs one MTP head for {arch}, and {info.path.name} holds {heads} "
-                             f"(several are run for {', '.join(sorted(CHAINED_ARCHS))})")
+        raise LocalspecError(
+            f"-d mtp: this llama.cpp runs one MTP head for {arch}, and {info.path.name} holds {heads} "
+            f"(several are run for {', '.join(sorted(CHAINED_ARCHS))})"
+        )

@@ -52,13 +52,15 @@ def check_server(endpoint: str, timeout: float = CHECK_TIMEOUT_S) -> None:
             major, minor, patch = _recv(sock, size)[:3]
     except TimeoutError:
         raise LocalspecError(
-            f"RPC server {endpoint} did not answer within {timeout:g} s (it serves one client at a time: is another using it?)"
+            f"RPC server {endpoint} did not answer within {timeout:g} s (it serves one client at a time: "
+            "is another using it?)"
         ) from None
     except OSError as e:
         raise LocalspecError(f"cannot reach RPC server {endpoint}: {e.strerror or e}") from None
     if major != PROTO_MAJOR or minor > PROTO_MINOR:
         raise LocalspecError(
-            f"RPC server {endpoint} speaks protocol {major}.{minor}.{patch}, this build {PROTO_MAJOR}.{PROTO_MINOR}: "
+            f"RPC server {endpoint} speaks protocol {major}.{minor}.{patch}, this build "
+            f"{PROTO_MAJOR}.{PROTO_MINOR}: "
             "run the same llama.cpp on both machines (`localspec rpc-server` does)"
         )
 
@@ -101,7 +103,10 @@ _ABORT_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_char_p)
 def _on_abort(message: bytes) -> None:
     text = message.decode("utf-8", "replace").strip()
     text = text.split(": ", 1)[-1] if text.count(":") >= 2 else text  # drop ggml's "file:line: "
-    die(f"the link to an RPC server failed ({text.rstrip('.')}); the server may have stopped or the network dropped")
+    die(
+        f"the link to an RPC server failed ({text.rstrip('.')}); the server may have stopped or the "
+        "network dropped"
+    )
 
 
 def connect(endpoints: Sequence[str]) -> list[int]:
@@ -121,7 +126,11 @@ def connect(endpoints: Sequence[str]) -> list[int]:
 def keep_alive(endpoints: Sequence[str]) -> int:
     """Short TCP keepalive timers (and, where there is one, a user timeout) on this process's
     connections to `endpoints`; returns how many sockets were set."""
-    peers = {ai[4][:2] for e in endpoints for ai in socket.getaddrinfo(*host_port(e), socket.AF_INET, socket.SOCK_STREAM)}
+    peers = {
+        ai[4][:2]
+        for e in endpoints
+        for ai in socket.getaddrinfo(*host_port(e), socket.AF_INET, socket.SOCK_STREAM)
+    }
     done = 0
     for fd in _open_fds():
         with contextlib.suppress(OSError):
@@ -132,8 +141,10 @@ def keep_alive(endpoints: Sequence[str]) -> int:
                     continue
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
                 for name, value in (
-                    ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPALIVE", KEEPALIVE_IDLE_S),  # Linux, macOS
-                    ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S), ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+                    ("TCP_KEEPIDLE", KEEPALIVE_IDLE_S),
+                    ("TCP_KEEPALIVE", KEEPALIVE_IDLE_S),  # Linux, macOS
+                    ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
+                    ("TCP_KEEPCNT", KEEPALIVE_COUNT),
                     ("TCP_USER_TIMEOUT", 1000 * (KEEPALIVE_IDLE_S + KEEPALIVE_INTERVAL_S * KEEPALIVE_COUNT)),
                 ):
                     if hasattr(socket, name):
@@ -181,7 +192,9 @@ class PassTimer:
         return took if took > max(STALL_FLOOR_S, rate * self.tokens) else None
 
 
-def watch(timer: PassTimer, endpoints: Sequence[str], on_stall: Callable[[str], None] = die) -> threading.Thread:
+def watch(
+    timer: PassTimer, endpoints: Sequence[str], on_stall: Callable[[str], None] = die
+) -> threading.Thread:
     """A daemon thread that ends the process when a pass of `timer` is overdue."""
 
     def loop() -> None:
@@ -190,7 +203,8 @@ def watch(timer: PassTimer, endpoints: Sequence[str], on_stall: Callable[[str], 
             took = timer.overdue(time.monotonic())
             if took is not None:
                 on_stall(
-                    f"no answer from the RPC server(s) {','.join(endpoints)} for {took:.0f} s: the link dropped or a server hangs"
+                    f"no answer from the RPC server(s) {','.join(endpoints)} for {took:.0f} s: the link "
+                    "dropped or a server hangs"
                 )
                 return
 
@@ -203,7 +217,12 @@ def serve(endpoint: str, cache_dir: str | None, threads: int, devices: Sequence[
     """llama.cpp's RPC server on `endpoint`: blocks for good (it has no stop call), or returns
     when it could not start (it said why on stderr)."""
     prototype = ctypes.CFUNCTYPE(
-        None, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p)
+        None,
+        ctypes.c_char_p,
+        ctypes.c_char_p,
+        ctypes.c_size_t,
+        ctypes.c_size_t,
+        ctypes.POINTER(ctypes.c_void_p),
     )
     start = rpc_function("ggml_backend_rpc_start_server", prototype)
     array = (ctypes.c_void_p * len(devices))(*devices)

@@ -50,11 +50,26 @@ class Child:
 
 class Supervisor:
     def __init__(
-        self, endpoint: str, cache_dir: str | None, threads: int, devices: Sequence[str], log: Callable[[str], None], silent_s: float = 10.0
+        self,
+        endpoint: str,
+        cache_dir: str | None,
+        threads: int,
+        devices: Sequence[str],
+        log: Callable[[str], None],
+        silent_s: float = 10.0,
     ) -> None:
         self.endpoint, self.log = endpoint, log
         self.port = int(endpoint.rsplit(":", 1)[1])
-        self.argv = [sys.executable, "-m", "localspec.backend.rpc_service", endpoint, cache_dir or "", str(threads), str(silent_s), *devices]
+        self.argv = [
+            sys.executable,
+            "-m",
+            "localspec.backend.rpc_service",
+            endpoint,
+            cache_dir or "",
+            str(threads),
+            str(silent_s),
+            *devices,
+        ]
         self.restarts = 0
         self.stopping = threading.Event()
         self._child: Child | None = None
@@ -84,7 +99,15 @@ class Supervisor:
 
     def _start(self) -> Child:
         env = {**os.environ, "GGML_NO_BACKTRACE": "1"}  # an assert would otherwise run gdb over the process
-        proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True, errors="replace")
+        proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            text=True,
+            errors="replace",
+        )
         child = Child(proc, time.monotonic())
         quiet = self.restarts > 0  # a restarted server's banner was shown once already
         child.readers = [
@@ -105,7 +128,9 @@ class Supervisor:
             elif text.startswith(CLOSED):
                 child.client = None
             elif any(mark in text for mark in FATAL):
-                child.failure = text.rsplit("/", 1)[-1].strip()  # the source path is the build's, of no use here
+                child.failure = text.rsplit("/", 1)[
+                    -1
+                ].strip()  # the source path is the build's, of no use here
                 continue
             if not quiet or text.startswith((ACCEPTED, CLOSED)):
                 print(text, file=out, flush=True)
@@ -152,7 +177,9 @@ def _child_main(argv: Sequence[str]) -> None:
     endpoint, cache_dir, threads, silent_s, *names = argv
     _line_buffered_stdout()
     served = ggml.served_devices(names)
-    server = threading.Thread(target=serve, args=(endpoint, cache_dir or None, int(threads), served), daemon=True)
+    server = threading.Thread(
+        target=serve, args=(endpoint, cache_dir or None, int(threads), served), daemon=True
+    )
     server.start()
     watcher = threading.Thread(target=sys.stdin.read, daemon=True)  # EOF: the supervisor is gone
     watcher.start()

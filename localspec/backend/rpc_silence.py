@@ -69,7 +69,9 @@ class SilenceWatch:
         if fd is None:
             return None
         with socket.socket(fileno=os.dup(fd)) as sock:
-            received = struct.unpack_from("=Q", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), BYTES_RECEIVED)[0]
+            received = struct.unpack_from(
+                "=Q", sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256), BYTES_RECEIVED
+            )[0]
             if received:
                 return None  # it spoke: a client at work, however long
             sock.shutdown(socket.SHUT_RDWR)  # llama.cpp's wait on it ends; it accepts the next client

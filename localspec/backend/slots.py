@@ -51,13 +51,17 @@ class KeptSequences:
         have = common_prefix(model.cached, tokens)
         if model.cached and have < len(model.cached):
             self._keep()
-        n, _, best = max(((common_prefix(s.tokens, tokens), s.used, s) for s in self.slots), key=lambda t: t[:2])
+        n, _, best = max(
+            ((common_prefix(s.tokens, tokens), s.used, s) for s in self.slots), key=lambda t: t[:2]
+        )
         if n > have:
             self._restore(best)
         # A short request between two turns shares little more than the system prompt with the
         # conversation: it must not take the conversation's slot.
         others = [s for s in self.slots if s is not best]
-        home = best if (n > 0 and 2 * n >= len(best.tokens)) or not others else min(others, key=lambda s: s.used)
+        home = (
+            best if (n > 0 and 2 * n >= len(best.tokens)) or not others else min(others, key=lambda s: s.used)
+        )
         self._home = home
         home.used = max(s.used for s in self.slots) + 1
 

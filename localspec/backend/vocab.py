@@ -13,7 +13,8 @@ import hashlib
 import llama_cpp
 import numpy as np
 
-from localspec.backend.gguf_file import GGUFInfo, StringArray
+from localspec.backend.gguf_file import GGUFInfo
+from localspec.backend.gguf_strings import StringArray
 from localspec.errors import LocalspecError
 
 MAX_VOCAB_SIZE_DIFFERENCE = 128
@@ -38,14 +39,22 @@ def check_token_texts(target: GGUFInfo, draft: GGUFInfo) -> None:
         raise LocalspecError(f"{what}: different tokenizer types")
     tt, td = _tokens(target, what), _tokens(draft, what)
     if abs(len(tt) - len(td)) > MAX_VOCAB_SIZE_DIFFERENCE:
-        raise LocalspecError(f"{what}: vocabulary sizes {len(tt)} and {len(td)} differ by more than {MAX_VOCAB_SIZE_DIFFERENCE}")
+        raise LocalspecError(
+            f"{what}: vocabulary sizes {len(tt)} and {len(td)} differ by more than "
+            f"{MAX_VOCAB_SIZE_DIFFERENCE}"
+        )
     n = min(len(tt), len(td))
     a, b = tt.encoded(FIRST_CHECKED_TOKEN, n), td.encoded(FIRST_CHECKED_TOKEN, n)
     if a == b:
         return
-    # Up to the first byte that differs both files hold the same entries: that byte's entry is the first that differs.
+    # Up to the first byte that differs both files hold the same entries: that byte's entry is the first that
+    # differs.
     common = min(len(a), len(b))
-    at = int(np.argmax(np.frombuffer(a, np.uint8, common) != np.frombuffer(b, np.uint8, common))) if common else 0
+    at = (
+        int(np.argmax(np.frombuffer(a, np.uint8, common) != np.frombuffer(b, np.uint8, common)))
+        if common
+        else 0
+    )
     fields = tt.starts[FIRST_CHECKED_TOKEN:n] - 8 - (tt.starts[FIRST_CHECKED_TOKEN] - 8)
     i = FIRST_CHECKED_TOKEN + int(np.searchsorted(fields, at, side="right")) - 1
     ta, tb = tt.text(i).decode("utf-8", "replace"), td.text(i).decode("utf-8", "replace")

@@ -23,7 +23,11 @@ def _cpu_has_amx() -> bool:
 
 
 def load_weights(
-    path: Path, n_gpu_layers: int, vocab_only: bool, devices: Sequence[int] | None = None, split: Sequence[float] = (),
+    path: Path,
+    n_gpu_layers: int,
+    vocab_only: bool,
+    devices: Sequence[int] | None = None,
+    split: Sequence[float] = (),
     heads: bool = False,
 ) -> llama_cpp.llama_model_p:
     """`devices`: what the offloaded layers are spread over (None: this machine's GPUs), in the
@@ -36,7 +40,9 @@ def load_weights(
     if listed is not None:
         params.devices = ctypes.cast(listed, ctypes.c_void_p)
     if split:
-        proportions = (ctypes.c_float * llama_cpp.llama_max_devices())(*split[: llama_cpp.llama_max_devices()])
+        proportions = (ctypes.c_float * llama_cpp.llama_max_devices())(
+            *split[: llama_cpp.llama_max_devices()]
+        )
         params.tensor_split = proportions
     # ggml's AMX matrix kernels, used for weights repacked into its AMX buffers, crash the process
     # on some Sapphire Rapids machines for any batch of more than one token (llama.cpp issue 20824,

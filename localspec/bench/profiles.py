@@ -40,7 +40,11 @@ class RecordedProfile:
             xs, ys = [float(c[0]) for c in calls], [float(c[1]) for c in calls]
             mx, my = statistics.fmean(xs), statistics.fmean(ys)
             var = statistics.fmean((x - mx) ** 2 for x in xs)
-            slope = max(statistics.fmean((x - mx) * (y - my) for x, y in zip(xs, ys)) / var, 0.0) if var > 0 else 0.0
+            slope = (
+                max(statistics.fmean((x - mx) * (y - my) for x, y in zip(xs, ys, strict=False)) / var, 0.0)
+                if var > 0
+                else 0.0
+            )
             lines[source] = (max(my - slope * mx, 0.0), slope) if var > 0 else (my, 0.0)
         return RecordedProfile(name, {b: statistics.median(v) for b, v in widths.items()}, lines)
 
@@ -83,7 +87,9 @@ def load_profile(spec: str) -> CostProfile:
     """A profile by name (cpu, gpu, gpu:R, drift, drift:BASE) or from a recorded FILE.json."""
     name, _, arg = spec.partition(":")
     if name == "cpu" and not arg:
-        record = json.loads(resources.files("localspec.bench").joinpath("cost_profile_cpu.json").read_text(encoding="utf-8"))
+        record = json.loads(
+            resources.files("localspec.bench").joinpath("cost_profile_cpu.json").read_text(encoding="utf-8")
+        )
         return RecordedProfile.from_record("cpu", record)
     if name == "gpu":
         try:
@@ -97,4 +103,6 @@ def load_profile(spec: str) -> CostProfile:
         return DriftProfile(load_profile(arg or "cpu"))
     if spec.endswith(".json") or exists(Path(spec), "cost profile"):
         return read_profile(Path(spec).expanduser())
-    raise LocalspecError(f"unknown cost profile {spec!r}: use cpu, gpu[:R], drift[:PROFILE] or a FILE.json from --record-costs")
+    raise LocalspecError(
+        f"unknown cost profile {spec!r}: use cpu, gpu[:R], drift[:PROFILE] or a FILE.json from --record-costs"
+    )

@@ -87,11 +87,17 @@ class BenchResult:
             drafted_steps=drafted_steps / steps if steps else 0.0,
             mean_draft_length=drafted / drafted_steps if drafted_steps else 0.0,
             costs_ms=chosen[-1].costs_ms if chosen else {},
-            first_token_s=statistics.median(statistics.median(x.first_token_s for x in runs) for runs in per_prompt.values()) if chosen else 0.0,
+            first_token_s=statistics.median(
+                statistics.median(x.first_token_s for x in runs) for runs in per_prompt.values()
+            )
+            if chosen
+            else 0.0,
             end_to_end=statistics.median(1 / r for r in waits) if waits and min(waits) > 0 else 0.0,
         )
 
-    def _ratios(self, per_prompt: dict[str, list[Sample]], figure: str) -> tuple[dict[str, float], list[float]]:
+    def _ratios(
+        self, per_prompt: dict[str, list[Sample]], figure: str
+    ) -> tuple[dict[str, float], list[float]]:
         """Per prompt, the median of a sample figure over its repeats; and the ratios of those to
         the baseline's on the same prompts."""
         base: dict[str, list[float]] = {}

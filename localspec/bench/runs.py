@@ -29,14 +29,41 @@ from localspec.text_input import read_file
 # name -> (drafter kind for drafting.make_drafter, draft mode, what it is)
 MODES = {
     "baseline": ("none", "fixed", "the target alone"),
-    "draft": ("draft-model", "fixed", "draft model (or the target's MTP heads), fixed length (--draft-max every step, as llama.cpp)"),
-    **{f"fixed-{k}": ("draft-model", "fixed", f"draft model (or heads), {k} tokens every step") for k in (2, 4, 8, 16)},
-    "auto": ("draft-model", "auto", "draft model (or heads), length chosen per step by the auto controller (the default of run)"),
-    "mtp": ("mtp", "auto", "the target's own MTP heads, auto controller (the default of run for a target with heads)"),
+    "draft": (
+        "draft-model",
+        "fixed",
+        "draft model (or the target's MTP heads), fixed length (--draft-max every step, as llama.cpp)",
+    ),
+    **{
+        f"fixed-{k}": ("draft-model", "fixed", f"draft model (or heads), {k} tokens every step")
+        for k in (2, 4, 8, 16)
+    },
+    "auto": (
+        "draft-model",
+        "auto",
+        "draft model (or heads), length chosen per step by the auto controller (the default of run)",
+    ),
+    "mtp": (
+        "mtp",
+        "auto",
+        "the target's own MTP heads, auto controller (the default of run for a target with heads)",
+    ),
     "ngram": ("ngram", "auto", "prompt lookup, auto controller (the default of run without a draft model)"),
-    "ngram-fixed": ("ngram", "fixed", "prompt lookup, as long as it finds up to --draft-max (llama.cpp's lookup)"),
-    "suffix": ("suffix", "auto", "suffix-tree lookup within each prompt (bench keeps no outputs across prompts), auto controller"),
-    "default": ("draft+lookup", "auto", "draft model with prompt lookup behind it, auto controller (the default of run with a draft model)"),
+    "ngram-fixed": (
+        "ngram",
+        "fixed",
+        "prompt lookup, as long as it finds up to --draft-max (llama.cpp's lookup)",
+    ),
+    "suffix": (
+        "suffix",
+        "auto",
+        "suffix-tree lookup within each prompt (bench keeps no outputs across prompts), auto controller",
+    ),
+    "default": (
+        "draft+lookup",
+        "auto",
+        "draft model with prompt lookup behind it, auto controller (the default of run with a draft model)",
+    ),
     "chain": ("chain", "auto", "prompt lookup first, then the draft model, auto controller"),
     "tree": ("tree", "auto", "draft tree (--draft-branches, --draft-p-split), auto controller"),
     "tree-fixed": ("tree", "fixed", "draft tree, fixed length"),
@@ -97,7 +124,10 @@ def choose_modes(names: Sequence[str], has_draft: bool, heads: bool = False) -> 
     if not drafts:
         needing = [m for m in chosen if MODES[m][0] not in ("none", "ngram", "suffix")]
         if needing:
-            raise LocalspecError(f"mode {needing[0]!r} needs a draft model (-d, or an alias with one) or a target with MTP heads")
+            raise LocalspecError(
+                f"mode {needing[0]!r} needs a draft model (-d, or an alias with one) or a target with MTP "
+                "heads"
+            )
     if "mtp" in chosen and not heads:
         raise LocalspecError("mode 'mtp' needs a target with MTP heads (and no -d)")
     return [BASELINE, *(m for m in chosen if m != BASELINE)]
@@ -134,7 +164,10 @@ def run_bench(
         drain(engine.generate(warm, replace(cfg, max_tokens=8)))
     for prompt in prompts:
         tokens = prompt_tokens(target, prompt.text, raw)
-        if len(tokens) + config.max_tokens + max(c.draft_max for _e, c in engines.values()) + 1 > target.n_ctx:
+        if (
+            len(tokens) + config.max_tokens + max(c.draft_max for _e, c in engines.values()) + 1
+            > target.n_ctx
+        ):
             progress(f"skipped {prompt.id}: prompt of {len(tokens)} tokens does not fit --ctx")
             continue
         for r in range(repeat):
@@ -145,8 +178,20 @@ def run_bench(
                 done = drain(engine.generate(tokens, cfg))
                 s = done.stats
                 yield Sample(
-                    mode, prompt, s.tokens_per_second, s.n_generated, s.n_drafted, s.n_accepted, s.n_steps,
-                    done.tokens, tokens, s.n_steps_drafted, s.costs_ms, s.notes, s.first_token_s, s.prompt_s + s.elapsed_s,
+                    mode,
+                    prompt,
+                    s.tokens_per_second,
+                    s.n_generated,
+                    s.n_drafted,
+                    s.n_accepted,
+                    s.n_steps,
+                    done.tokens,
+                    tokens,
+                    s.n_steps_drafted,
+                    s.costs_ms,
+                    s.notes,
+                    s.first_token_s,
+                    s.prompt_s + s.elapsed_s,
                 )
 
 
@@ -185,5 +230,12 @@ def check_outputs(target: Model, result: BenchResult, config: GenerationConfig) 
         div = compare_greedy(target, s.prompt_tokens, reference[s.prompt.id], s.tokens, score, scale)
         if div is None:
             continue
-        entry = {"mode": s.mode, "prompt_id": s.prompt.id, "index": div.index, "expected": div.expected, "got": div.got, "margin": div.margin}
+        entry = {
+            "mode": s.mode,
+            "prompt_id": s.prompt.id,
+            "index": div.index,
+            "expected": div.expected,
+            "got": div.got,
+            "margin": div.margin,
+        }
         (result.ties if div.is_tie else result.mismatches).append(entry)

@@ -58,7 +58,9 @@ def compare_greedy(
             return None
         # One run stopped earlier (a length limit or end of generation reached at another point).
         longer = expected if len(expected) > len(got) else got
-        return Divergence(n, expected[n] if longer is expected else None, got[n] if longer is got else None, float("inf"))
+        return Divergence(
+            n, expected[n] if longer is expected else None, got[n] if longer is got else None, float("inf")
+        )
     logits = target.sync([*prompt, *expected[:first]])
     scores = logits if score is None else score(logits, len(prompt) + first)
     a, b = expected[first], got[first]

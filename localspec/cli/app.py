@@ -57,7 +57,8 @@ typer.core.TyperArgument.display_type_rich = _words_show_as_text(typer.core.Type
 
 def _reader_left(_console: rich.console.Console) -> None:
     """Rich exits with code 1 when the reader of a table closes the pipe (`localspec models | head
-    -1`); raised on, the commands' own wrapper ends quietly with 0, as `head` expects."""
+    -1`); raised on, the commands' own wrapper (or main(), for help) ends quietly with 0, as `head`
+    expects."""
     raise BrokenPipeError
 
 
@@ -82,22 +83,28 @@ def _version(given: bool) -> None:
 @app.callback()
 def root(
     version: Annotated[
-        bool, typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option("--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
     """Lossless speculative decoding for local GGUF models (llama.cpp)."""
 
 
+def _reader_gone() -> None:
+    """Python's last flush of stdout must not fail again once its reader left."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _quiet_when_the_reader_leaves(command: Callable) -> Callable:
     """`localspec run ... | head -1`: a reader that stops reading ends the command quietly, with
-    exit code 0, as `head` expects of what it reads."""
+    exit code 0, as `head` expects of what it reads (click would exit with 1 on EPIPE)."""
 
     @functools.wraps(command)
     def quiet(**kwargs: Any) -> Any:
         try:
             return command(**kwargs)
         except BrokenPipeError:
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's last flush must not fail again
+            _reader_gone()
             raise typer.Exit(0) from None
 
     return quiet
@@ -111,10 +118,22 @@ def _paragraphs(doc: str | None) -> str | None:
     return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(doc).split("\n\n"))
 
 
-for command, name in ((run, None), (chat, None), (bench, None), (serve, None), (pull, None), (models, None), (rm, None), (config, None), (rpc_server, "rpc-server")):
+for command, name in (
+    (run, None),
+    (chat, None),
+    (bench, None),
+    (serve, None),
+    (pull, None),
+    (models, None),
+    (rm, None),
+    (config, None),
+    (rpc_server, "rpc-server"),
+):
     app.command(name=name, help=_paragraphs(command.__doc__))(_quiet_when_the_reader_leaves(command))
 for habit in ("list", "ls"):  # ollama's names for `models`
-    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(_quiet_when_the_reader_leaves(models))
+    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(
+        _quiet_when_the_reader_leaves(models)
+    )
 app.add_typer(cache, name="cache")
 app.add_typer(index, name="index")
 
@@ -122,7 +141,8 @@ app.add_typer(index, name="index")
 # What ollama's commands are called here, for the people who type them out of habit (`list` and
 # `ls` are commands of their own: they mean `models` and nothing else).
 OLLAMA_HABITS = {
-    "ps": "localspec keeps no model loaded between commands: `localspec models` lists what is pulled, `localspec serve` keeps one loaded",
+    "ps": "localspec keeps no model loaded between commands: `localspec models` lists what is pulled, "
+    "`localspec serve` keeps one loaded",
     "show": "`localspec models` lists the models, `localspec config -m ALIAS` what one runs with",
     "delete": "`localspec rm ALIAS` deletes a pulled model",
     "remove": "`localspec rm ALIAS` deletes a pulled model",
@@ -139,7 +159,11 @@ def _usage_error(e: click_errors.UsageError) -> str:
     if unknown is None:
         return f"{message} (`{command} --help` lists the options)"
     habit = OLLAMA_HABITS.get(unknown[1].lower())
-    return f"no command {unknown[1]!r}: {habit}" if habit else f"{message} (`{command} --help` lists the commands)"
+    return (
+        f"no command {unknown[1]!r}: {habit}"
+        if habit
+        else f"{message} (`{command} --help` lists the commands)"
+    )
 
 
 def main() -> None:
@@ -164,4 +188,8 @@ def main() -> None:
     except typer.Abort:
         typer.echo("error: interrupted", err=True)
         code = 130
+    except BrokenPipeError:
+        # Help to a reader that left (`localspec index --help | head -2`): Rich's, raised on.
+        _reader_gone()
+        code = 0
     sys.exit(code if isinstance(code, int) else 0)

@@ -28,25 +28,89 @@ BENCH_MAX_TOKENS = 128
 
 
 # Bench's modes set drafting and lookup; it measures at its own temperature and seed, unfiltered.
-@takes_settings(exclude=("top_k", "top_p", "min_p", "seed", "stop", "draft_mode", "lookup", "lookup_method", "suffix_cache", "suffix_cache_size", "datastore"))
+@takes_settings(
+    exclude=(
+        "top_k",
+        "top_p",
+        "min_p",
+        "seed",
+        "stop",
+        "draft_mode",
+        "lookup",
+        "lookup_method",
+        "suffix_cache",
+        "suffix_cache_size",
+        "datastore",
+    )
+)
 def bench(
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    prompts: Annotated[Path | None, typer.Option("--prompts", help="Spec-Bench style JSONL (category, turns[0]); default: a small built-in set.")] = None,
-    category: Annotated[list[str] | None, typer.Option("--category", help="Only this category (repeatable).")] = None,
-    limit: Annotated[int, typer.Option("--limit", help="At most this many prompts per category (0: all).")] = 0,
-    max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", help=f"Tokens generated per prompt (default {BENCH_MAX_TOKENS}).")] = None,
-    modes: Annotated[str, typer.Option("--modes", metavar="MODE,...", help="Comma-separated: " + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items()) + " (default: baseline,draft,auto,ngram with a draft model, baseline,ngram without).")] = "",
-    repeat: Annotated[int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")] = 1,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the results as JSON (schema in README.md).")] = False,
-    temp: Annotated[float | None, typer.Option("--temp", help="Temperature; at 0 (and with --verify coupled at any temperature) every mode is checked token by token against the baseline (default 0).")] = None,
-    cost_profile: Annotated[str | None, typer.Option("--cost-profile", help="Replay the real models under simulated costs and report simulated tokens/s: cpu (the project's 2-core testbed), gpu[:R] (a GPU; draft passes R times cheaper, default 6), drift[:PROFILE] (costs swinging +-30%), or a FILE.json from --record-costs.", rich_help_panel=BENCHMARK)] = None,
-    record_costs: Annotated[Path | None, typer.Option("--record-costs", help="Write every verification's and draft call's measured cost to FILE.json, to replay this machine elsewhere with --cost-profile FILE.json.", rich_help_panel=BENCHMARK)] = None,
+    prompts: Annotated[
+        Path | None,
+        typer.Option(
+            "--prompts", help="Spec-Bench style JSONL (category, turns[0]); default: a small built-in set."
+        ),
+    ] = None,
+    category: Annotated[
+        list[str] | None, typer.Option("--category", help="Only this category (repeatable).")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", help="At most this many prompts per category (0: all).")
+    ] = 0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("-n", "--max-tokens", help=f"Tokens generated per prompt (default {BENCH_MAX_TOKENS})."),
+    ] = None,
+    modes: Annotated[
+        str,
+        typer.Option(
+            "--modes",
+            metavar="MODE,...",
+            help="Comma-separated: "
+            + "; ".join(f"{k}: {v[2]}" for k, v in MODES.items())
+            + " (default: baseline,draft,auto,ngram with a draft model, baseline,ngram without).",
+        ),
+    ] = "",
+    repeat: Annotated[
+        int, typer.Option("--repeat", help="Runs per prompt and mode (medians are reported).")
+    ] = 1,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the results as JSON (schema in docs/bench.md).")
+    ] = False,
+    temp: Annotated[
+        float | None,
+        typer.Option(
+            "--temp",
+            help="Temperature; at 0 (and with --verify coupled at any temperature) every mode is checked "
+            "token by token against the baseline (default 0).",
+        ),
+    ] = None,
+    cost_profile: Annotated[
+        str | None,
+        typer.Option(
+            "--cost-profile",
+            help="Replay the real models under simulated costs and report simulated tokens/s: cpu (the "
+            "project's 2-core testbed), gpu[:R] (a GPU; draft passes R times cheaper, default 6), "
+            "drift[:PROFILE] (costs swinging +-30%), or a FILE.json from --record-costs.",
+            rich_help_panel=BENCHMARK,
+        ),
+    ] = None,
+    record_costs: Annotated[
+        Path | None,
+        typer.Option(
+            "--record-costs",
+            help="Write every verification's and draft call's measured cost to FILE.json, to replay this "
+            "machine elsewhere with --cost-profile FILE.json.",
+            rich_help_panel=BENCHMARK,
+        ),
+    ] = None,
     flags: dict = SETTINGS,
     raw: RawOpt = False,
     verbose: VerboseOpt = False,
 ) -> None:
-    """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone; greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
+    """Measure tokens/sec, speedup and acceptance of each drafting mode against the target alone;
+    greedy runs are checked token by token (exit code 1 on any difference that is not a tie)."""
     from localspec.bench.profiles import FORMAT, load_profile
     from localspec.bench.results import BenchResult
     from localspec.bench.runs import (
@@ -74,20 +138,32 @@ def bench(
         config = seeded(generation_config(settings))
         if cost_profile and record_costs:
             raise fail("--record-costs records real costs: it cannot go with --cost-profile")
-        clock = SimulatedClock(load_profile(cost_profile)) if cost_profile else WallClock({"format": FORMAT} if record_costs else None)
+        clock = (
+            SimulatedClock(load_profile(cost_profile))
+            if cost_profile
+            else WallClock({"format": FORMAT} if record_costs else None)
+        )
         selected = load_prompts(prompts, category or (), limit)
-        target, draft_model, _ = load_models(files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True))
+        target, draft_model, _ = load_models(
+            files, settings, threading.Event(), verbose, notify=lambda m: typer.echo(m, err=True)
+        )
         files = ModelFiles.of(target, draft_model)
         if isinstance(clock, SimulatedClock):
             models = [m for m in (target, draft_model, target.head) if m is not None]
             clock.inside = lambda: sum(m.busy_s for m in models)
         try:
-            chosen = choose_modes([m.strip() for m in modes.split(",") if m.strip()], draft_model is not None, target.head is not None)
+            chosen = choose_modes(
+                [m.strip() for m in modes.split(",") if m.strip()],
+                draft_model is not None,
+                target.head is not None,
+            )
             bench_modes = make_modes(chosen, target, draft_model, settings)
             total = len(selected) * len(chosen) * repeat
             with BenchProgress(total, quiet=json_out) as progress:
                 fresh = [m for m in (target, draft_model) if m is not None]
-                for sample in run_bench(target, bench_modes, selected, config, clock, repeat, raw, progress.note, fresh):
+                for sample in run_bench(
+                    target, bench_modes, selected, config, clock, repeat, raw, progress.note, fresh
+                ):
                     result.samples.append(sample)
                     progress.advance()
             if "suffix" in chosen:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-cache = typer.Typer(help="The cached files: earlier outputs kept for --lookup-method suffix.", no_args_is_help=True)
+cache = typer.Typer(
+    help="The cached files: earlier outputs kept for --lookup-method suffix.", no_args_is_help=True
+)
 
 
 @cache.command()

@@ -32,7 +32,7 @@ HELP = f"""commands:
   /help                 this help
   /stats                session totals: tokens, acceptance, tok/s
   /set                  the settings /set may change, with their values
-  /set KEY VALUE        change one for the next replies: {', '.join(FIELDS[n].key for n in PER_GENERATION)}
+  /set KEY VALUE        change one for the next replies: {", ".join(FIELDS[n].key for n in PER_GENERATION)}
   /system TEXT          set the system prompt (keeps the conversation)
   /reset                forget the conversation
   /save FILE            save the conversation as JSON
@@ -62,7 +62,7 @@ def _read_message(prompt: str) -> str | None:
         return None
     if not first.lstrip().startswith(MULTILINE):
         return first
-    lines = [first.lstrip()[len(MULTILINE):]]
+    lines = [first.lstrip()[len(MULTILINE) :]]
     if lines[0].rstrip().endswith(MULTILINE) and lines[0].strip() != "":
         return lines[0].rstrip()[: -len(MULTILINE)]
     while True:
@@ -112,7 +112,9 @@ def chat(
     model: ModelOpt = None,
     draft: DraftOpt = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue the last conversation (kept before every reply).")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the last conversation (kept before every reply).")
+    ] = False,
     flags: dict = SETTINGS,
     show_accepted: ShowAcceptedOpt = False,
     verbose: VerboseOpt = False,
@@ -141,7 +143,14 @@ def chat(
     system = from_arg(system, "--system") if system else None
     verify_chosen = flags.get("verify") is not None or settings.verify != DEFAULT_VERIFY
     name = loaded.model_name(files, model)
-    session = ChatSession(loaded, settings, system, model_name=name, autosave=last_conversation_path(), verify_chosen=verify_chosen)
+    session = ChatSession(
+        loaded,
+        settings,
+        system,
+        model_name=name,
+        autosave=last_conversation_path(),
+        verify_chosen=verify_chosen,
+    )
     if resume:
         try:
             session.load(session.autosave)  # type: ignore[arg-type]
@@ -173,11 +182,21 @@ def chat(
             try:
                 with signals_stop(loaded.cancel) as stopped:
                     events = session.reply(text, notify)
-                    done = LiveRenderer(console, show_accepted).render(events) if console.is_terminal else render_plain(events)
+                    done = (
+                        LiveRenderer(console, show_accepted).render(events)
+                        if console.is_terminal
+                        else render_plain(events)
+                    )
             except LocalspecError as e:
                 say(err, (f"error: {e}", "red"))
                 continue
-            say(err, (fit(summary_line(done.stats, done.stop_reason), err.width if err.is_terminal else None), "dim"))
+            say(
+                err,
+                (
+                    fit(summary_line(done.stats, done.stop_reason), err.width if err.is_terminal else None),
+                    "dim",
+                ),
+            )
             if stopped.signal not in (None, signal.SIGINT):
                 raise typer.Exit(stopped.exit_code)  # SIGTERM or SIGHUP: the session ends, history saved
         kept = " · `localspec chat --resume` continues it" if session.messages else ""

@@ -31,7 +31,7 @@ def config(
         read_config,
         read_env,
     )
-    from localspec.session.loader import demo_files, resolve
+    from localspec.session.model_files import demo_files, resolve
 
     with user_errors():
         file, env = read_config(), read_env()
@@ -39,17 +39,26 @@ def config(
         draft_given, draft_source = pick("draft", draft, env, file)
         files, recommended = resolve(model_given, draft_given, lambda _m: None)
         model_source = model_source or "built-in"
-        draft_source = draft_source or ("-" if not files.draft else "built-in: the demo's Q4_1" if files.demo else "alias")
+        draft_source = draft_source or (
+            "-" if not files.draft else "built-in: the demo's Q4_1" if files.demo else "alias"
+        )
         values = layered(precedence(file, recommended, env))
         # The demo runs an F32 made from the shipped Q4_1, which drafts it: name what runs.
         target = demo_files()[1] if files.demo else files.model
-    about = f"the demo target, {DEMO_NAME} in F32" + ("" if target.is_file() else ", made on first use") if files.demo else None
+    about = (
+        f"the demo target, {DEMO_NAME} in F32" + ("" if target.is_file() else ", made on first use")
+        if files.demo
+        else None
+    )
     out = {
         "config_file": str(config_path()),
         "config_file_exists": config_path().exists(),
         "model": {"value": str(target), "from": model_source, "about": about},
         "draft": {"value": files.draft_name, "from": draft_source},
-        "settings": {name: {"value": list(v) if isinstance(v, tuple) else v, "from": src} for name, (v, src) in values.items()},
+        "settings": {
+            name: {"value": list(v) if isinstance(v, tuple) else v, "from": src}
+            for name, (v, src) in values.items()
+        },
     }
     if json_out:
         typer.echo(json.dumps(out))
@@ -58,5 +67,8 @@ def config(
     say(console, f"config file: {out['config_file']}" + ("" if out["config_file_exists"] else " (none yet)"))
     say(console, f"model: {target} (from {model_source}{f': {about}' if about else ''})")
     say(console, f"draft: {out['draft']['value'] or 'none'} (from {draft_source})")
-    rows = [(name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source) for name, (value, source) in values.items()]
+    rows = [
+        (name, FIELDS[name].flag, f"LOCALSPEC_{name.upper()}", typed(value), source)
+        for name, (value, source) in values.items()
+    ]
     console.print(table("settings", ("setting", "flag", "environment variable", "value", "from"), rows))

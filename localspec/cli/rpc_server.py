@@ -18,12 +18,51 @@ DEFAULT_PORT = 50052  # llama.cpp's rpc-server's
 
 
 def rpc_server(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on. The protocol has no authentication: anything but loopback lets anyone who can reach this port use this machine (and read what it computes).")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on. The protocol has no authentication: anything but loopback lets "
+            "anyone who can reach this port use this machine (and read what it computes).",
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = DEFAULT_PORT,
-    threads: Annotated[int | None, typer.Option("--threads", "-t", min=1, help="CPU threads (default: physical cores).", show_default=False)] = None,
-    device: Annotated[str | None, typer.Option("--device", metavar="DEV,...", help="Devices to serve, by llama.cpp's names (default: the GPUs, else the CPU); `--device list` lists them.", show_default=False)] = None,
-    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", metavar="DIR", help="Keep the tensors clients send here, by hash, so a large model crosses the network once, not every run.", show_default=False)] = None,
-    silent_timeout: Annotated[float, typer.Option("--silent-timeout", metavar="S", min=0.1, help="Close a connection that has sent nothing for S seconds while another client waits (the server serves one at a time; Linux).")] = 10.0,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            "--threads", "-t", min=1, help="CPU threads (default: physical cores).", show_default=False
+        ),
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(
+            "--device",
+            metavar="DEV,...",
+            help="Devices to serve, by llama.cpp's names (default: the GPUs, else the CPU); `--device "
+            "list` lists them.",
+            show_default=False,
+        ),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache-dir",
+            metavar="DIR",
+            help="Keep the tensors clients send here, by hash, so a large model crosses the network once, "
+            "not every run.",
+            show_default=False,
+        ),
+    ] = None,
+    silent_timeout: Annotated[
+        float,
+        typer.Option(
+            "--silent-timeout",
+            metavar="S",
+            min=0.1,
+            help="Close a connection that has sent nothing for S seconds while another client waits (the "
+            "server serves one at a time; Linux).",
+        ),
+    ] = 10.0,
 ) -> None:
     """Lend this machine's devices to `--rpc` on another machine.
 
@@ -60,7 +99,9 @@ def rpc_server(
     typer.echo(f"localspec rpc-server on {endpoint} serving {names}; stop it with Ctrl-C", err=True)
     cache = str(cache_dir.expanduser()) if cache_dir else None
     log = lambda m: typer.echo(m, err=True)  # noqa: E731
-    supervisor = Supervisor(endpoint, cache, threads or physical_cores(), [ggml.name(d) for d in served], log, silent_timeout)
+    supervisor = Supervisor(
+        endpoint, cache, threads or physical_cores(), [ggml.name(d) for d in served], log, silent_timeout
+    )
     got: list[int] = []
 
     def on_signal(sig: int, _frame: object) -> None:
@@ -83,7 +124,10 @@ def _listen_address(host: str) -> str:
     try:
         return str(ipaddress.IPv4Address(host))
     except ValueError:
-        raise fail(f"--host {host}: give an IPv4 address (0.0.0.0 for every interface); llama.cpp's RPC server takes no names or IPv6") from None
+        raise fail(
+            f"--host {host}: give an IPv4 address (0.0.0.0 for every interface); llama.cpp's RPC server "
+            "takes no names or IPv6"
+        ) from None
 
 
 def _check_port(host: str, port: int) -> None:

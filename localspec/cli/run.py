@@ -31,16 +31,37 @@ from localspec.errors import LocalspecError
 
 @takes_settings()
 def run(
-    words: Annotated[list[str] | None, typer.Argument(metavar="PROMPT", help="The prompt (or -p TEXT, -f FILE, or stdin), its words joined; `run MODEL PROMPT` names the model first (an alias or a .gguf file), as ollama's does.", show_default=False)] = None,
+    words: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="PROMPT",
+            help="The prompt (or -p TEXT, -f FILE, or stdin), its words joined; `run MODEL PROMPT` names "
+            "the model first (an alias or a .gguf file), as ollama's does.",
+            show_default=False,
+        ),
+    ] = None,
     prompt: PromptOpt = None,
-    file: Annotated[Path | None, typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL)] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("-f", "--file", help="Read the prompt from this file.", rich_help_panel=MODEL),
+    ] = None,
     model: ModelOpt = None,
     draft: DraftOpt = None,
     flags: dict = SETTINGS,
     raw: RawOpt = False,
     show_accepted: ShowAcceptedOpt = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT)] = False,
-    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object (text, tokens, stop_reason, stats) instead of streaming.", rich_help_panel=OUTPUT)] = False,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="No summary line or notes on stderr.", rich_help_panel=OUTPUT),
+    ] = False,
+    json_out: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print one JSON object (text, tokens, stop_reason, stats) instead of streaming.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
     verbose: VerboseOpt = False,
 ) -> None:
     """Generate text with the target model, drafted by a small model or by prompt lookup."""
@@ -80,7 +101,10 @@ def run(
         chat(model=model, draft=draft, show_accepted=show_accepted, verbose=verbose, **flags)
         return
     if not prompt and words:  # the one word named the model
-        raise fail(f"no prompt for {model}: give it after the model (localspec run {model} \"PROMPT\"), as -p TEXT, -f FILE, or on stdin")
+        raise fail(
+            f'no prompt for {model}: give it after the model (localspec run {model} "PROMPT"), as -p TEXT, '
+            "-f FILE, or on stdin"
+        )
     if not prompt:
         raise fail("no prompt: give it as an argument, -p TEXT, -f FILE, or on stdin")
     cancel = threading.Event()
@@ -114,16 +138,21 @@ def run(
         raise typer.Exit(stopped.exit_code)
 
 
-def _model_first(words: list[str], model: str | None, prompt_elsewhere: bool) -> tuple[str | None, str | None]:
+def _model_first(
+    words: list[str], model: str | None, prompt_elsewhere: bool
+) -> tuple[str | None, str | None]:
     """(the model, the prompt's words joined) from `run`'s positional words: a first word that names
     a model (an alias, a .gguf) is the model where -m names none, as ollama users type it; where -m
     names one too and no other word is given, the person is asked what they meant."""
-    from localspec.session.loader import names_model
+    from localspec.session.model_files import names_model
 
     if not words or not names_model(words[0]):
         return model, " ".join(words) or None
     if model is None:
         return words[0], " ".join(words[1:]) or None
     if len(words) == 1 and not prompt_elsewhere:
-        raise LocalspecError(f"{words[0]!r} names a model, and -m names {model!r}: give the model once, or send {words[0]!r} as the prompt with -p")
+        raise LocalspecError(
+            f"{words[0]!r} names a model, and -m names {model!r}: give the model once, or send "
+            f"{words[0]!r} as the prompt with -p"
+        )
     return model, " ".join(words)

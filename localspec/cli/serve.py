@@ -20,7 +20,7 @@ from localspec.cli.options import (
     takes_settings,
     user_errors,
 )
-from localspec.config.settings import SAMPLING, SERVER
+from localspec.config.about import SAMPLING, SERVER
 from localspec.config.user_config import API_KEY_ENV
 from localspec.server.request_body import DEFAULT_MAX_BODY
 from localspec.server.request_log import LOG_FORMATS
@@ -31,6 +31,7 @@ def _one_of(choices: tuple[str, ...]):  # noqa: ANN202
         if value not in choices:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
         return value
+
     return check
 
 
@@ -41,16 +42,104 @@ UNTIL_CONTEXT = 2**31 - 1  # a reply's default limit: until it ends or the conte
 def serve(
     model: ModelOpt = None,
     draft: DraftOpt = None,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback exposes the server to the network.", rich_help_panel=SERVER)] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="Port (0: any free one, printed at start).", rich_help_panel=SERVER)] = 8080,
-    api_key: Annotated[str | None, typer.Option("--api-key", metavar="KEY", envvar=API_KEY_ENV, help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set LOCALSPEC_API_KEY).", rich_help_panel=SERVER)] = None,
-    max_queue: Annotated[int, typer.Option("--max-queue", min=0, help="Requests that may wait while one generates; beyond: 503 with Retry-After.", rich_help_panel=SERVER)] = 16,
-    max_body: Annotated[float, typer.Option("--max-body", metavar="MB", min=0.001, help="Largest request body in MiB; a larger one gets 413.", rich_help_panel=SERVER)] = DEFAULT_MAX_BODY / 2**20,
-    cors: Annotated[list[str] | None, typer.Option("--cors", metavar="ORIGIN", help="Allow browser requests from this origin (repeatable; '*' for any).", rich_help_panel=SERVER)] = None,
-    alias: Annotated[str | None, typer.Option("--alias", metavar="NAME", help="The model's name in /v1/models and in replies (default: the alias given to -m, or the file's name); a request may name any model.", rich_help_panel=SERVER)] = None,
-    log_format: Annotated[str, typer.Option("--log-format", metavar="|".join(LOG_FORMATS), callback=_one_of(LOG_FORMATS), help="One line per request on stderr: text, or json (an object a line).", rich_help_panel=SERVER)] = "text",
-    shutdown_timeout: Annotated[float, typer.Option("--shutdown-timeout", min=0, help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is cancelled.", rich_help_panel=SERVER)] = 10.0,
-    max_tokens: Annotated[int | None, typer.Option("-n", "--max-tokens", min=1, help="Most tokens of a reply whose request sets no limit (default: until it ends or the context is full).", rich_help_panel=SAMPLING)] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on; anything but loopback exposes the server to the network.",
+            rich_help_panel=SERVER,
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help="Port (0: any free one, printed at start).",
+            rich_help_panel=SERVER,
+        ),
+    ] = 8080,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key",
+            metavar="KEY",
+            envvar=API_KEY_ENV,
+            help="Require `Authorization: Bearer KEY` on every endpoint but /health (or set "
+            "LOCALSPEC_API_KEY).",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
+    max_queue: Annotated[
+        int,
+        typer.Option(
+            "--max-queue",
+            min=0,
+            help="Requests that may wait while one generates; beyond: 503 with Retry-After.",
+            rich_help_panel=SERVER,
+        ),
+    ] = 16,
+    max_body: Annotated[
+        float,
+        typer.Option(
+            "--max-body",
+            metavar="MB",
+            min=0.001,
+            help="Largest request body in MiB; a larger one gets 413.",
+            rich_help_panel=SERVER,
+        ),
+    ] = DEFAULT_MAX_BODY / 2**20,
+    cors: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors",
+            metavar="ORIGIN",
+            help="Allow browser requests from this origin (repeatable; '*' for any).",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
+    alias: Annotated[
+        str | None,
+        typer.Option(
+            "--alias",
+            metavar="NAME",
+            help="The model's name in /v1/models and in replies (default: the alias given to -m, or the "
+            "file's name); a request may name any model.",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
+    log_format: Annotated[
+        str,
+        typer.Option(
+            "--log-format",
+            metavar="|".join(LOG_FORMATS),
+            callback=_one_of(LOG_FORMATS),
+            help="One line per request on stderr: text, or json (an object a line).",
+            rich_help_panel=SERVER,
+        ),
+    ] = "text",
+    shutdown_timeout: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-timeout",
+            min=0,
+            help="On SIGINT/SIGTERM, seconds the generation under way may take to finish before it is "
+            "cancelled.",
+            rich_help_panel=SERVER,
+        ),
+    ] = 10.0,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "-n",
+            "--max-tokens",
+            min=1,
+            help="Most tokens of a reply whose request sets no limit (default: until it ends or the "
+            "context is full).",
+            rich_help_panel=SAMPLING,
+        ),
+    ] = None,
     flags: dict = SETTINGS,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -61,7 +150,8 @@ def serve(
 
     from localspec.cli.views.loading import loading
     from localspec.server.app import ServeConfig, Server
-    from localspec.session.loader import load, names_file
+    from localspec.session.loader import load
+    from localspec.session.model_files import names_file
 
     notify = lambda m: typer.echo(m, err=True)  # noqa: E731
     with user_errors():
@@ -69,25 +159,50 @@ def serve(
         sock = _listen(host, port)
         if settings.lookup_via == "suffix" and settings.suffix_cache and not is_loopback(host):
             # What one client generated would speed up (and so show through the timing of) another's.
-            notify(f"the suffix cache is off on {host}: clients could tell what others generated from response times")
+            notify(
+                f"the suffix cache is off on {host}: clients could tell what others generated from "
+                "response times"
+            )
             settings = settings.merged({"suffix_cache": False})
         with loading(files):
             loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
     if not is_loopback(host) and api_key is None:
-        notify(f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the model")
+        notify(
+            f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the "
+            "model"
+        )
     files = loaded.files
-    model_id = alias or (model if model and not names_file(model) else files.model.name)  # an alias, or the file's name
-    config = ServeConfig(settings=settings, model_id=model_id, api_key=api_key, cors=tuple(cors or ()), max_queue=max_queue, max_body=int(max_body * 2**20), log_format=log_format)
+    model_id = alias or (
+        model if model and not names_file(model) else files.model.name
+    )  # an alias, or the file's name
+    config = ServeConfig(
+        settings=settings,
+        model_id=model_id,
+        api_key=api_key,
+        cors=tuple(cors or ()),
+        max_queue=max_queue,
+        max_body=int(max_body * 2**20),
+        log_format=log_format,
+    )
     server = Server(loaded, config)
     bound_host, bound_port = sock.getsockname()[:2]
     drafter = loaded.engine.drafter_name
     # The scheduler cancels what runs past the grace period, and its client is answered; uvicorn's
     # own limit, later, is only a backstop for a connection that still would not close.
     uv = _uvicorn(
-        uvicorn.Config(server.app(), log_level="debug" if verbose else "warning", lifespan="off", timeout_graceful_shutdown=shutdown_timeout + 5, access_log=verbose),
+        uvicorn.Config(
+            server.app(),
+            log_level="debug" if verbose else "warning",
+            lifespan="off",
+            timeout_graceful_shutdown=shutdown_timeout + 5,
+            access_log=verbose,
+        ),
         on_stop=lambda again: _stop(server.scheduler, shutdown_timeout, again, notify),
         # Said once it listens with its signal handlers in place: a client (or a test) may act on it.
-        on_ready=lambda: notify(f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"),
+        on_ready=lambda: notify(
+            f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on "
+            f"http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"
+        ),
     )
     if hasattr(signal, "SIGHUP"):  # a closed terminal or a supervisor's reload: a graceful stop, as SIGTERM
         signal.signal(signal.SIGHUP, lambda _sig, frame: uv.handle_exit(signal.SIGTERM, frame))
@@ -127,7 +242,10 @@ def _stop(scheduler, grace: float, again: bool, notify) -> None:  # noqa: ANN001
             notify("cancelling the generation under way")
         return
     if scheduler.running:
-        notify(f"stopping: the generation under way may finish for up to {grace:g} s (Ctrl-C again to cancel it now)")
+        notify(
+            f"stopping: the generation under way may finish for up to {grace:g} s (Ctrl-C again to cancel "
+            "it now)"
+        )
     scheduler.stop(grace=grace)
 
 

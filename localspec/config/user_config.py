@@ -32,7 +32,9 @@ from localspec.errors import LocalspecError
 from localspec.text_input import exists, from_arg, note, read_file
 
 CONFIG_ENV = "LOCALSPEC_CONFIG"  # another config file than the one in the user config directory
-REGISTRY_ENV = "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (registry/aliases.py)
+REGISTRY_ENV = (
+    "LOCALSPEC_REGISTRY"  # an alias file read after the shipped and the user's (registry/aliases.py)
+)
 ENV_PREFIX = "LOCALSPEC_"
 MODEL_KEYS = ("model", "draft")
 API_KEY_ENV = "LOCALSPEC_API_KEY"  # serve's --api-key, kept out of the process list
@@ -51,8 +53,6 @@ class Defaults:
 
 def config_path() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or Path(platformdirs.user_config_dir("localspec")) / "config.toml")
-
-
 
 
 def _checked(values: dict[str, Any], where: str, naming: Callable[[str], str]) -> dict[str, Any]:
@@ -89,24 +89,41 @@ def read_config(path: Path | None = None, notify: Callable[[str], None] = note) 
             settings[name] = tuple(value) if isinstance(value, list) else read_value(name, value)
         except LocalspecError as e:
             raise LocalspecError(f"config file {path}: {e}") from None
-    return Defaults(str(path), data.get("model"), data.get("draft"), _checked(settings, f"config file {path}: ", lambda n: n))
+    return Defaults(
+        str(path),
+        data.get("model"),
+        data.get("draft"),
+        _checked(settings, f"config file {path}: ", lambda n: n),
+    )
 
 
 def pick(key: str, flag: str | None, env: Defaults, config: Defaults) -> tuple[str | None, str | None]:
     """`model` or `draft` by precedence, and where it came from ((None, None): nowhere)."""
-    for source, value in (("flag", flag), ("environment", getattr(env, key)), ("config file", getattr(config, key))):
+    for source, value in (
+        ("flag", flag),
+        ("environment", getattr(env, key)),
+        ("config file", getattr(config, key)),
+    ):
         if value is not None:
             return value, source
     return None, None
 
 
 def precedence(
-    config: Defaults, recommended: Mapping[str, Any], env: Defaults,
-    command: Mapping[str, Any] | None = None, flags: Mapping[str, Any] | None = None,
+    config: Defaults,
+    recommended: Mapping[str, Any],
+    env: Defaults,
+    command: Mapping[str, Any] | None = None,
+    flags: Mapping[str, Any] | None = None,
 ) -> list[tuple[str, Mapping[str, Any]]]:
     """The sources of settings, lowest first (the module's docstring says why in this order)."""
-    sources = [("config file", config.settings), ("alias", recommended), ("command", command or {}),
-               ("environment", env.settings), ("flag", flags or {})]
+    sources = [
+        ("config file", config.settings),
+        ("alias", recommended),
+        ("command", command or {}),
+        ("environment", env.settings),
+        ("flag", flags or {}),
+    ]
     # A seed the user set (not the random one a command draws) asks for a text that repeats.
     given = {k: v for name, values in sources if name != "command" for k, v in values.items()}
     coupled = {k: v for k, v in repeatable(given).items() if k not in given}
@@ -140,5 +157,13 @@ def read_env(environ: Mapping[str, str] | None = None, notify: Callable[[str], N
             except ValueError:
                 raise LocalspecError(f"{var}={text!r}: must be {KINDS[value_types(name)[-1]]}") from None
         else:
-            raise LocalspecError(f"{var} is not a setting (known: LOCALSPEC_MODEL, LOCALSPEC_DRAFT, LOCALSPEC_<SETTING>; see `localspec config`)")
-    return Defaults("environment", models.get("model"), models.get("draft"), _checked(settings, "", lambda n: f"{ENV_PREFIX}{n.upper()}"))
+            raise LocalspecError(
+                f"{var} is not a setting (known: LOCALSPEC_MODEL, LOCALSPEC_DRAFT, LOCALSPEC_<SETTING>; "
+                "see `localspec config`)"
+            )
+    return Defaults(
+        "environment",
+        models.get("model"),
+        models.get("draft"),
+        _checked(settings, "", lambda n: f"{ENV_PREFIX}{n.upper()}"),
+    )

@@ -13,7 +13,7 @@ import numpy as np
 
 from localspec.datastore import store
 from localspec.datastore.files import Skipped, read_text, scan
-from localspec.datastore.store import Meta, SourceFile
+from localspec.datastore.meta import Meta, SourceFile
 from localspec.errors import LocalspecError
 
 
@@ -74,7 +74,9 @@ def build(
         progress(done, len(found.files), start - len(pieces))
     report.removed = len(set(old) - {f.path for f in meta.files})
     if not pieces:
-        raise LocalspecError(f"nothing to index in {', '.join(meta.paths)} ({report.skipped or 'no files matched'})")
+        raise LocalspecError(
+            f"nothing to index in {', '.join(meta.paths)} ({report.skipped or 'no files matched'})"
+        )
     meta.n_tokens = sum(len(p) for p in pieces)
     meta.skipped = dict(report.skipped.counts)
     meta.built = time.time()
@@ -85,7 +87,11 @@ def build(
 
 
 def _entry(
-    path: Path, old: dict[str, SourceFile], old_tokens: np.ndarray | None, tokenizer: Tokenizer, report: Report
+    path: Path,
+    old: dict[str, SourceFile],
+    old_tokens: np.ndarray | None,
+    tokenizer: Tokenizer,
+    report: Report,
 ) -> tuple[SourceFile, np.ndarray] | None:
     """A file's record and tokens (reused where it did not change), or None when it is skipped."""
     try:
@@ -94,7 +100,11 @@ def _entry(
         report.skipped.add("unreadable")
         return None
     before = old.get(str(path))
-    if before is not None and old_tokens is not None and (before.size, before.mtime_ns) == (st.st_size, st.st_mtime_ns):
+    if (
+        before is not None
+        and old_tokens is not None
+        and (before.size, before.mtime_ns) == (st.st_size, st.st_mtime_ns)
+    ):
         report.unchanged += 1
         return replace(before), old_tokens[before.start : before.start + before.length]
     text, data, why = read_text(path)
@@ -118,7 +128,12 @@ def _entry(
 
 
 def new_meta(
-    name: str, tokenizer: Tokenizer, paths: Sequence[Path], globs: Sequence[str], excludes: Sequence[str], follow_links: bool = False
+    name: str,
+    tokenizer: Tokenizer,
+    paths: Sequence[Path],
+    globs: Sequence[str],
+    excludes: Sequence[str],
+    follow_links: bool = False,
 ) -> Meta:
     return Meta(
         name=store.check_name(name),
@@ -140,6 +155,12 @@ def again(previous: Meta, tokenizer: Tokenizer) -> Meta:
             f"{tokenizer.path.name} cannot add to its token ids: build it again with that model"
         )
     return Meta(
-        previous.name, previous.vocab, previous.n_vocab, str(tokenizer.path.absolute()), previous.paths, previous.globs,
-        previous.excludes, follow_links=previous.follow_links,
+        previous.name,
+        previous.vocab,
+        previous.n_vocab,
+        str(tokenizer.path.absolute()),
+        previous.paths,
+        previous.globs,
+        previous.excludes,
+        follow_links=previous.follow_links,
     )

@@ -50,7 +50,9 @@ def _inside(path: Path, folder: Path) -> bool:
         return False
 
 
-def scan(paths: Sequence[Path], globs: Sequence[str] = (), excludes: Sequence[str] = (), follow_links: bool = False) -> Scan:
+def scan(
+    paths: Sequence[Path], globs: Sequence[str] = (), excludes: Sequence[str] = (), follow_links: bool = False
+) -> Scan:
     """The files under `paths` (files or folders) to index, each once, in a stable order; links
     out of a folder only with `follow_links` (a file given by name is taken as given)."""
     found = Scan()

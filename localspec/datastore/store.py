@@ -19,7 +19,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -27,84 +27,12 @@ import platformdirs
 from filelock import FileLock, Timeout
 
 from localspec.config.defaults import DATASTORE_NAME
+from localspec.datastore.meta import Damaged, Meta
 from localspec.drafters.suffix_index import ANCHORS, SEPARATOR, TokenIndex
 from localspec.errors import LocalspecError
 
-FORMAT = 1
 KEY_TYPE, POS_TYPE = np.uint32, np.int32
 LOCK_TIMEOUT_S = 30.0
-
-
-class Damaged(Exception):
-    pass
-
-
-@dataclass
-class SourceFile:
-    path: str
-    size: int
-    mtime_ns: int
-    sha256: str
-    start: int  # where its tokens begin in tokens.npy
-    length: int
-
-
-@dataclass
-class Meta:
-    name: str
-    vocab: str  # backend/vocab.py's digest: what the token ids are valid for
-    n_vocab: int
-    model: str  # the file that tokenized it (update's default)
-    paths: list[str]
-    globs: list[str]
-    excludes: list[str]
-    files: list[SourceFile] = field(default_factory=list)
-    n_tokens: int = 0  # of the files, separators not counted
-    tokens_sha256: str = ""
-    built: float = 0.0
-    build_s: float = 0.0
-    skipped: dict[str, int] = field(default_factory=dict)
-    format: int = FORMAT
-    follow_links: bool = False  # links out of a folder taken too
-
-    @staticmethod
-    def from_json(data: object) -> Meta:
-        try:
-            meta = Meta(**{**data, "files": [SourceFile(**f) for f in data["files"]]})  # type: ignore[arg-type, index, dict-item]
-        except (TypeError, KeyError) as e:
-            raise Damaged(f"meta.json does not describe a datastore ({e})") from None
-        if meta.format != FORMAT:
-            raise Damaged(f"meta.json is of format {meta.format!r}, not {FORMAT}")
-        for record in (meta, *meta.files):
-            for name, kind in FIELD_TYPES[type(record).__name__].items():
-                if not _typed(getattr(record, name), kind):
-                    raise Damaged(f"meta.json's {name} is {str(getattr(record, name))[:40]!r}, not {kind}")
-        return meta
-
-
-# What meta.json's values must be, checked as read (a damaged or edited file said in words, not
-# met later as a TypeError or an OverflowError).
-FIELD_TYPES = {
-    "Meta": {"name": "text", "vocab": "text", "n_vocab": "a count", "model": "text", "paths": "a list of text",
-             "globs": "a list of text", "excludes": "a list of text", "n_tokens": "a count", "tokens_sha256": "text",
-             "built": "a time", "build_s": "a time", "skipped": "counts by reason", "follow_links": "true or false"},
-    "SourceFile": {"path": "text", "size": "a count", "mtime_ns": "a count", "sha256": "text", "start": "a count", "length": "a count"},
-}
-
-
-def _typed(value: object, kind: str) -> bool:
-    count = lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 63  # noqa: E731
-    if kind == "text":
-        return isinstance(value, str)
-    if kind == "true or false":
-        return isinstance(value, bool)
-    if kind == "a count":
-        return count(value)
-    if kind == "a time":  # seconds: since 1970 or of a build
-        return isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11
-    if kind == "a list of text":
-        return isinstance(value, list) and all(isinstance(v, str) for v in value)
-    return isinstance(value, dict) and all(isinstance(k, str) and count(v) for k, v in value.items())
 
 
 def root() -> Path:
@@ -113,7 +41,10 @@ def root() -> Path:
 
 def check_name(name: str) -> str:
     if not DATASTORE_NAME.fullmatch(name):
-        raise LocalspecError(f"{name!r} is not a datastore name: letters, digits, '.', '_' and '-', at most 64, starting with a letter or digit")
+        raise LocalspecError(
+            f"{name!r} is not a datastore name: letters, digits, '.', '_' and '-', at most 64, starting "
+            "with a letter or digit"
+        )
     return name
 
 
@@ -123,7 +54,11 @@ def folder(name: str) -> Path:
 
 def names() -> list[str]:
     base = root()
-    return sorted(p.name for p in base.iterdir() if p.is_dir() and DATASTORE_NAME.fullmatch(p.name)) if base.is_dir() else []
+    return (
+        sorted(p.name for p in base.iterdir() if p.is_dir() and DATASTORE_NAME.fullmatch(p.name))
+        if base.is_dir()
+        else []
+    )
 
 
 def read_meta(name: str) -> Meta:
@@ -134,7 +69,10 @@ def read_meta(name: str) -> Meta:
     except FileNotFoundError:
         if path.parent.is_dir():
             raise Damaged("meta.json is missing") from None
-        raise LocalspecError(f"no datastore named {name!r} (`localspec index list` shows them; `localspec index build {name} PATH...` makes it)") from None
+        raise LocalspecError(
+            f"no datastore named {name!r} (`localspec index list` shows them; `localspec index build "
+            f"{name} PATH...` makes it)"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise Damaged(f"meta.json is unreadable ({getattr(e, 'strerror', None) or e})") from None
     if not isinstance(data, dict):
@@ -147,7 +85,9 @@ def usable_meta(name: str) -> Meta:
     try:
         return read_meta(name)
     except Damaged as e:
-        raise LocalspecError(f"the datastore {name!r} is damaged ({e}): `localspec index rm {name}` and build it again") from None
+        raise LocalspecError(
+            f"the datastore {name!r} is damaged ({e}): `localspec index rm {name}` and build it again"
+        ) from None
 
 
 def _array(base: Path, file: str, dtype: type) -> np.ndarray:
@@ -156,7 +96,9 @@ def _array(base: Path, file: str, dtype: type) -> np.ndarray:
     except (OSError, ValueError, EOFError) as e:  # an empty file: EOFError
         raise Damaged(f"{file} is unreadable ({getattr(e, 'strerror', None) or e or 'empty'})") from None
     if array.dtype != np.dtype(dtype) or array.ndim != 1:
-        raise Damaged(f"{file} holds {array.dtype} of {array.ndim} dimensions, not a row of {np.dtype(dtype)}")
+        raise Damaged(
+            f"{file} holds {array.dtype} of {array.ndim} dimensions, not a row of {np.dtype(dtype)}"
+        )
     return array
 
 
@@ -165,14 +107,19 @@ def open_index(meta: Meta) -> TokenIndex:
     with meta.json."""
     base = folder(meta.name)
     tokens = _array(base, "tokens.npy", np.int32)
-    if len(tokens) != meta.n_tokens + len(meta.files) or hashlib.sha256(tokens).hexdigest() != meta.tokens_sha256:
+    if (
+        len(tokens) != meta.n_tokens + len(meta.files)
+        or hashlib.sha256(tokens).hexdigest() != meta.tokens_sha256
+    ):
         raise Damaged("tokens.npy is not what was indexed")
     keys, pos = {}, {}
     for n in ANCHORS:
         keys[n], pos[n] = _array(base, f"keys-{n}.npy", KEY_TYPE), _array(base, f"pos-{n}.npy", POS_TYPE)
         if len(keys[n]) != len(pos[n]) or len(keys[n]) > len(tokens):
             raise Damaged(f"keys-{n}.npy and pos-{n}.npy do not match")
-        if len(pos[n]) and (pos[n].min() < n or pos[n].max() >= len(tokens) or np.any(keys[n][1:] < keys[n][:-1])):
+        if len(pos[n]) and (
+            pos[n].min() < n or pos[n].max() >= len(tokens) or np.any(keys[n][1:] < keys[n][:-1])
+        ):
             raise Damaged(f"keys-{n}.npy or pos-{n}.npy is out of order or out of range")
     return TokenIndex(tokens, keys, pos)
 
@@ -185,11 +132,17 @@ def joined(pieces: list[np.ndarray]) -> np.ndarray:
 
 def _write_folder(base: Path, meta: Meta, tokens: np.ndarray) -> None:
     index = TokenIndex.of(tokens, KEY_TYPE, POS_TYPE)
-    arrays = {"tokens.npy": tokens, **{f"keys-{n}.npy": index.keys[n] for n in ANCHORS}, **{f"pos-{n}.npy": index.pos[n] for n in ANCHORS}}
+    arrays = {
+        "tokens.npy": tokens,
+        **{f"keys-{n}.npy": index.keys[n] for n in ANCHORS},
+        **{f"pos-{n}.npy": index.pos[n] for n in ANCHORS},
+    }
     for file, array in arrays.items():
         with open(os.open(base / file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
             np.save(f, array, allow_pickle=False)
-    with open(os.open(base / "meta.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+    with open(
+        os.open(base / "meta.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8"
+    ) as f:
         json.dump(asdict(meta), f)
 
 
@@ -219,9 +172,13 @@ def write(meta: Meta, tokens: np.ndarray) -> None:
                 shutil.rmtree(fresh, ignore_errors=True)
                 raise
     except Timeout:
-        raise LocalspecError(f"the datastore {meta.name!r} stayed locked by another process for {LOCK_TIMEOUT_S:.0f} s") from None
+        raise LocalspecError(
+            f"the datastore {meta.name!r} stayed locked by another process for {LOCK_TIMEOUT_S:.0f} s"
+        ) from None
     except OSError as e:
-        raise LocalspecError(f"cannot write the datastore {meta.name!r} in {base}: {e.strerror or e}") from None
+        raise LocalspecError(
+            f"cannot write the datastore {meta.name!r} in {base}: {e.strerror or e}"
+        ) from None
 
 
 def remove(name: str) -> int:

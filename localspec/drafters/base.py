@@ -25,7 +25,9 @@ class DraftSettings:
     p_split: float = defaults.DEFAULT_DRAFT_P_SPLIT  # trees: a runner-up this likely opens a branch
     lookup_min: int = defaults.DEFAULT_LOOKUP_MIN  # prompt lookup: n-gram lengths matched
     lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
-    window: int = defaults.DEFAULT_DRAFT_WINDOW  # a draft model's view of a long context (view.py); 0: all of it
+    window: int = (
+        defaults.DEFAULT_DRAFT_WINDOW
+    )  # a draft model's view of a long context (view.py); 0: all of it
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,13 @@ class Draft:
         return len(self.tokens)
 
 
-def shaped(logits: np.ndarray, context: Sequence[int], drafted: Sequence[int], params: SamplingParams, grammar: Grammar | None) -> np.ndarray:
+def shaped(
+    logits: np.ndarray,
+    context: Sequence[int],
+    drafted: Sequence[int],
+    params: SamplingParams,
+    grammar: Grammar | None,
+) -> np.ndarray:
     """A draft's logits after `context` and the tokens it drafted since, under the penalties and
     the grammar (where it stands after them) that the target's row there gets: a drafter that
     chooses from these proposes what the target can accept."""
@@ -147,7 +155,12 @@ class Drafter(Protocol):
         that samples proposes the coupled choice under its own distribution instead."""
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         """Propose up to budget.limit(self.key) tokens that continue `context`. Under a `grammar`
         (where it stands after `context`) a drafter that samples draws from its constrained q;

@@ -24,7 +24,12 @@ class ChainDrafter:
         return sum(d.begin(context, settings, coupling) for d in self.drafters)
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         draft = Draft(key=self.key)
         for i, d in enumerate(self.drafters):
@@ -34,7 +39,12 @@ class ChainDrafter:
             # A lookup's find gives way where the next drafter promises more (auto's estimates: a
             # datastore's chance match on an unrelated prompt against a good draft model).
             later = self.drafters[i + 1 :]
-            if not later or not draft.key.lookup or draft.probs is not None or budget.prefers(draft, later[0].key):
+            if (
+                not later
+                or not draft.key.lookup
+                or draft.probs is not None
+                or budget.prefers(draft, later[0].key)
+            ):
                 break
         return draft
 

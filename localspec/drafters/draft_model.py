@@ -30,12 +30,16 @@ class DraftModelDrafter:
     key = DraftKey("draft-model")
     windowed = True  # a model of its own may read a window of a long context (view.py)
 
-    def __init__(self, model: Model, target_vocab: int | None = None, spelling: TokenText | None = None) -> None:
+    def __init__(
+        self, model: Model, target_vocab: int | None = None, spelling: TokenText | None = None
+    ) -> None:
         self.model = model
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
-        self.spelling = spelling or model  # whose tokenizer spells forced text and ends text (a head has none)
+        self.spelling = (
+            spelling or model
+        )  # whose tokenizer spells forced text and ends text (a head has none)
         self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
@@ -43,12 +47,19 @@ class DraftModelDrafter:
         return self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         coupled = self.coupling if not params.greedy else None
         # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
         one_hot = params.greedy or self.settings.policy == "greedy" or coupled is not None
-        read = budget.calibrates or self.settings.p_min > 0 or not params.greedy  # whether confidences are read
+        read = (
+            budget.calibrates or self.settings.p_min > 0 or not params.greedy
+        )  # whether confidences are read
         draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[] if read else None)
         if not self.view.knows(context[-1]):
             return draft
@@ -56,7 +67,13 @@ class DraftModelDrafter:
         if max_tokens < 1:
             return draft
         # A fixed-length greedy draft reads nothing but each row's top token: the device may take it.
-        top_only = one_hot and not read and grammar is None and params.penalties.off and self.model.n_vocab <= self.view.n_vocab
+        top_only = (
+            one_hot
+            and not read
+            and grammar is None
+            and params.penalties.off
+            and self.model.n_vocab <= self.view.n_vocab
+        )
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
         passes = self.model.passes
         logits = self.view.sync(context, top_only)
@@ -66,12 +83,24 @@ class DraftModelDrafter:
         finally:
             if state is not None:
                 state.close()
-        draft.passes, draft.catch_up_s, draft.first_pass_s = self.model.passes - passes, self.view.caught_up_s, self.view.synced_s
+        draft.passes, draft.catch_up_s, draft.first_pass_s = (
+            self.model.passes - passes,
+            self.view.caught_up_s,
+            self.view.synced_s,
+        )
         return draft
 
     def _draft(
-        self, draft: Draft, logits: np.ndarray, context: Sequence[int], budget: Budget, params: SamplingParams,
-        rng: np.random.Generator, grammar: Grammar | None, max_tokens: int, top_only: bool,
+        self,
+        draft: Draft,
+        logits: np.ndarray,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None,
+        max_tokens: int,
+        top_only: bool,
     ) -> None:
         """Draft into `draft` from the logits after `context`, penalised as the target's are; under a
         grammar, from the constrained logits, the grammar advanced along the drafted tokens."""

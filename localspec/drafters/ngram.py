@@ -1,8 +1,9 @@
 """Prompt-lookup drafting: continue the context the way it continued after the same n-gram before.
 
 An incremental index maps every n-gram (n in [n_min, n_max]) to the most recent position that
-followed it, so a step costs O(n_max) dictionary work, not a rescan of the history. Whether a proposal is worth
-verifying is the draft-length controller's call (engine/controller.py), as for any drafter."""
+followed it, so a step costs O(n_max) dictionary work, not a rescan of the history. Whether a
+proposal is worth verifying is the draft-length controller's call (engine/controller.py), as for any
+drafter."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ class NgramDrafter:
 
     def _restart(self, context: Sequence[int]) -> None:
         self._tokens: list[int] = []
-        self._index: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in range(self.n_min, self.n_max + 1)}
+        self._index: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(self.n_min, self.n_max + 1)
+        }
         self._extend(context)
 
     def _extend(self, context: Sequence[int]) -> None:
@@ -62,7 +65,12 @@ class NgramDrafter:
         return 0, -1
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         n, pos = self.match(context)
         if not n:

@@ -51,7 +51,9 @@ class SuffixDrafter:
     name = "suffix"
     key = DraftKey("suffix", lookup=True)
 
-    def __init__(self, memory: Memory | None = None, branches: int = 1, stores: Sequence[Memory] = ()) -> None:
+    def __init__(
+        self, memory: Memory | None = None, branches: int = 1, stores: Sequence[Memory] = ()
+    ) -> None:
         self.memory = memory
         self.stores = tuple(stores)  # datastores: looked up after the memory, credited as "datastore"
         self.branches = branches  # fixed at load: the target verifies each branch in a sequence of its own
@@ -83,7 +85,12 @@ class SuffixDrafter:
         return best
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         m, trie, node, origin = self.match(context)
         if not m:

@@ -57,7 +57,12 @@ def read_texts(path: Path, n_vocab: int) -> list[np.ndarray]:
         raise Damaged("truncated")
     magic, vocab, count, digest = _HEADER.unpack_from(data)
     payload = data[_HEADER.size :]
-    if magic != MAGIC or vocab != n_vocab or len(payload) != 4 * count or hashlib.sha256(payload).digest() != digest:
+    if (
+        magic != MAGIC
+        or vocab != n_vocab
+        or len(payload) != 4 * count
+        or hashlib.sha256(payload).digest() != digest
+    ):
         raise Damaged("not a suffix cache of this vocabulary, or damaged")
     tokens = np.frombuffer(payload, "<i4").astype(np.int32)
     if tokens.size and (tokens.max() >= n_vocab or tokens.min() < SEPARATOR):
@@ -100,7 +105,10 @@ class SuffixCache:
             except Damaged as e:
                 self.notify(f"the suffix cache {self.path} is unreadable ({e}): it starts anew")
             except OSError as e:
-                self.notify(f"cannot read the suffix cache {self.path}: {e.strerror or e}; outputs are kept in memory only")
+                self.notify(
+                    f"cannot read the suffix cache {self.path}: {e.strerror or e}; outputs are kept in "
+                    "memory only"
+                )
                 self.path = None
         index = SuffixIndex(texts, self.size)
         with self._lock:
@@ -141,7 +149,9 @@ class SuffixCache:
             self.notify(f"the suffix cache {path} stayed locked by another process: this output is not kept")
         except OSError as e:
             # Said once: later outputs stay in this process's memory only.
-            self.notify(f"cannot write the suffix cache {path}: {e.strerror or e}; outputs are kept in memory only")
+            self.notify(
+                f"cannot write the suffix cache {path}: {e.strerror or e}; outputs are kept in memory only"
+            )
             self.path = None
 
 

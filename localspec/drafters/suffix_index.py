@@ -21,6 +21,9 @@ CANDIDATES = 32  # most recent occurrences of an anchor that are measured and co
 _PRIME, _MASK = 0x9E3779B97F4A7C15, (1 << 64) - 1
 _P = np.uint64(_PRIME)
 SEPARATOR = -1
+# A full memory evicts down to this share of its size, so that the next rebuild is a quarter of the
+# size of outputs away (a full rebuild of 262k tokens sorts a million n-grams).
+KEPT_AFTER_EVICTION = 0.75
 
 
 def ngram_hashes(tokens: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +50,9 @@ def tail_hash(tokens: Sequence[int]) -> int:
     return h
 
 
-def sorted_keys(tokens: np.ndarray, n: int, key_type: type = np.uint64, pos_type: type = np.int64) -> tuple[np.ndarray, np.ndarray]:
+def sorted_keys(
+    tokens: np.ndarray, n: int, key_type: type = np.uint64, pos_type: type = np.int64
+) -> tuple[np.ndarray, np.ndarray]:
     """The n-gram hashes of `tokens` as `key_type` (a narrower type keeps the low bits: a collision
     costs a measured non-match, never a wrong draft), sorted, with their positions; equal hashes
     stay in text order (oldest first)."""
@@ -154,13 +159,17 @@ class SuffixIndex(TokenIndex):
         self.tokens, self.keys, self.pos = built.tokens, built.keys, built.pos
 
     def add(self, text: Sequence[int]) -> None:
-        """Index one more text (evicting the oldest past the size)."""
+        """Index one more text. Past the size the oldest go, down to KEPT_AFTER_EVICTION of it: the
+        index is then rebuilt whole (sorting every n-gram), once per quarter of the size added
+        rather than at every text once the memory is full."""
         text = np.asarray(text, np.int32)
         if not len(text):
             return
         self.texts.append(text)
         if self.n_tokens > self.size:
-            self.texts = newest_within(self.texts, self.size)
+            # The new text stays whole if it fits the size alone.
+            keep = max(int(self.size * KEPT_AFTER_EVICTION), min(len(text), self.size))
+            self.texts = newest_within(self.texts, keep)
             self._rebuild()
             return
         offset = len(self.tokens)

@@ -55,7 +55,9 @@ class TreeDrafter:
         self.settings, self.coupling = settings, coupling
         return self.view.begin(context, settings.window if self.windowed else 0, lazy=self.windowed)
 
-    def _candidates(self, logits: np.ndarray, params: SamplingParams, position: int) -> tuple[np.ndarray, np.ndarray]:
+    def _candidates(
+        self, logits: np.ndarray, params: SamplingParams, position: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The draft's top candidates at one position, best first (under --verify coupled its
         coupled choice first), with their plain-softmax probabilities."""
         top, p_top = top_token(logits)
@@ -68,7 +70,12 @@ class TreeDrafter:
         return order, probs
 
     def propose(
-        self, context: Sequence[int], budget: Budget, params: SamplingParams, rng: np.random.Generator, grammar: Grammar | None = None
+        self,
+        context: Sequence[int],
+        budget: Budget,
+        params: SamplingParams,
+        rng: np.random.Generator,
+        grammar: Grammar | None = None,
     ) -> Draft:
         draft = Draft(key=self.key, parents=[], confidences=[])
         if not self.view.knows(context[-1]):
@@ -80,7 +87,9 @@ class TreeDrafter:
         passes = model.passes
         made = [grammar.clone()] if grammar is not None else []  # closed at the end
         first = shaped(self.view.sync(context), context, [], params, made[0] if made else None)
-        live = [_Branch(0, -1, *self._candidates(first, params, len(context)), grammar=made[0] if made else None)]
+        live = [
+            _Branch(0, -1, *self._candidates(first, params, len(context)), grammar=made[0] if made else None)
+        ]
         depth = 0
         n_seqs = 1
         main_path: list[int] = []  # tokens decoded into sequence 0 (the top path)
@@ -93,7 +102,9 @@ class TreeDrafter:
                         continue  # this branch is too unsure to go on
                     for rank, cand in enumerate(br.order):
                         confidence = float(br.probs[rank])
-                        if len(draft.tokens) >= limit or (rank and (confidence <= self.settings.p_split or n_seqs >= self.branches)):
+                        if len(draft.tokens) >= limit or (
+                            rank and (confidence <= self.settings.p_split or n_seqs >= self.branches)
+                        ):
                             break
                         # A side candidate is the target's choice only where the top one is not:
                         # it is taken at its word, never at the top tokens' calibrated rate.
@@ -134,7 +145,11 @@ class TreeDrafter:
             model.commit_path(0, main_path, n_seqs)
             for state in made:
                 state.close()
-        draft.passes, draft.catch_up_s, draft.first_pass_s = model.passes - passes, self.view.caught_up_s, self.view.synced_s
+        draft.passes, draft.catch_up_s, draft.first_pass_s = (
+            model.passes - passes,
+            self.view.caught_up_s,
+            self.view.synced_s,
+        )
         return draft
 
     def end(self, context: Sequence[int]) -> None:

@@ -13,7 +13,9 @@ from localspec.engine.estimates import SourceEstimates
 class Judge(Protocol):
     """What an auto budget asks (engine/controller.py's AutoController)."""
 
-    def limit(self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None) -> tuple[int, int]: ...
+    def limit(
+        self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None
+    ) -> tuple[int, int]: ...
 
     def estimates(self, name: str) -> SourceEstimates: ...
 

@@ -125,7 +125,11 @@ class SimulatedClock:
         at = self.t - self.origin
         if not tokens:
             return self._charge(0.0)
-        return self._charge(self.profile.verify(tokens, 0, at) / self.profile.verify(1, 0, at) * self.profile.draft(source, 1, at))
+        return self._charge(
+            self.profile.verify(tokens, 0, at)
+            / self.profile.verify(1, 0, at)
+            * self.profile.draft(source, 1, at)
+        )
 
     def verify(self, batch: int, context: int, measured: float) -> float:
         return self._charge(self.profile.verify(batch, context, self.t - self.origin))

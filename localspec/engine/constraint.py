@@ -20,7 +20,13 @@ from localspec.sampling.constrain import constrained
 from localspec.sampling.dist import SamplingParams
 
 
-def penalise_rows(logits: np.ndarray, context: Sequence[int], tokens: Sequence[int], parents: Sequence[int] | None, params: SamplingParams) -> None:
+def penalise_rows(
+    logits: np.ndarray,
+    context: Sequence[int],
+    tokens: Sequence[int],
+    parents: Sequence[int] | None,
+    params: SamplingParams,
+) -> None:
     """Penalise `logits` (rows: the context's last token, then each draft node) in place."""
     penalties = params.penalties
     if penalties.off:
@@ -29,20 +35,25 @@ def penalise_rows(logits: np.ndarray, context: Sequence[int], tokens: Sequence[i
     history = list(context[-penalties.last_n :])
     paths: dict[int, list[int]] = {-1: []}
     penalties.apply(logits[0], history)
-    for i, (token, parent) in enumerate(zip(tokens, parents)):
+    for i, (token, parent) in enumerate(zip(tokens, parents, strict=False)):
         paths[i] = [*paths[parent], token]
         penalties.apply(logits[i + 1], [*history, *paths[i]])
 
 
 def constrain_rows(
-    logits: np.ndarray, tokens: Sequence[int], parents: Sequence[int] | None, grammar: Grammar, params: SamplingParams, whole: bool
+    logits: np.ndarray,
+    tokens: Sequence[int],
+    parents: Sequence[int] | None,
+    grammar: Grammar,
+    params: SamplingParams,
+    whole: bool,
 ) -> None:
     """Constrain `logits` (rows: the context's last token, then each draft node) in place."""
     parents = parents if parents is not None else range(-1, len(tokens) - 1)
     logits[0] = constrained(logits[0], params, grammar.allowed, whole)
     states: dict[int, Grammar] = {-1: grammar}
     try:
-        for i, (token, parent) in enumerate(zip(tokens, parents)):
+        for i, (token, parent) in enumerate(zip(tokens, parents, strict=False)):
             state = states.get(parent)
             if state is None or not _reachable(logits[parent + 1], token, params):
                 continue

@@ -24,15 +24,15 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 - A drafter that must first read much (a draft model that has not read a long prompt yet) drafts
   only once what drafting can save over the rest of the answer (the tokens still expected, at the
   best rate its estimates promise) is READ_MARGIN times what the reading costs; until then it
-  waits, and the target (or a drafter with nothing to read) goes on alone.
+  waits, and the target (or a drafter with nothing to read) goes on alone (engine/reading.py).
 - Where a lookup's find and a draft model could both draft a step, the find gives way if the draft
   model promises more tokens per second (`prefers`).
 
-The first two steps of a fresh engine are plain ones: they time the target alone (the faster of
-the two, the first also paging in the weights), so the first token comes as fast as without
-speculation; so are the first two once the context reaches a length not timed yet (costs.py: a
-long context makes wide passes dearer). Decisions depend on timings, so a seeded run at temp > 0 repeats only with --verify
-coupled (or in fixed mode); greedy output never depends on them."""
+The first two steps of a fresh engine are plain ones: they time the target alone (the faster of the
+two, the first also paging in the weights), so the first token comes as fast as without speculation;
+so are the first two once the context reaches a length not timed yet (costs.py: a long context makes
+wide passes dearer). Decisions depend on timings, so a seeded run at temp > 0 repeats only with
+--verify coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ from localspec.drafters.base import CatchUp, DraftKey
 from localspec.engine.budgets import AutoBudget
 from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, Realized, SourceEstimates, expected_tokens
+from localspec.engine.reading import Reading
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
 TRIAL_LENGTH = 3  # tokens each of them drafts at least
@@ -59,19 +60,6 @@ RECHECK_AFTER = 16
 REFRESH_STEPS = 48
 # Expected gains carry estimation error; a length must promise this much over plain decoding.
 GAIN_MARGIN = 1.02
-# Before a draft model has drafted, what reading a long prompt can earn is priced at this acceptance
-# per position: what a draft of its target's family reaches on a long context through its window
-# (the good testbed draft 0.71 on a 2.5k-token prompt, 0.87 reading all of it); the trial's estimates
-# take over once it drafts.
-READ_PRIOR_ALPHA = 0.7
-# What reading costs is measured; what it saves rests on estimates (the CPU's wide passes at a
-# context length not drafted at yet, acceptance not seen yet): it must promise this much more.
-READ_MARGIN = 1.5
-# Wide passes are what drafting costs, and a CPU's grow with the context (on the testbed a 5-token
-# pass cost 4.1x a one-token one after 4k tokens, against 2x at the start): where none has been timed
-# at this context length yet, the decision waits this many steps for one (prompt lookup times them
-# while the draft waits), then rests on the shape measured nearest.
-READ_UNDECIDED_STEPS = 12
 # Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
 # only partly capture: among lengths within this fraction of the best rate, the longest wins.
 FLAT_TOLERANCE = 0.03
@@ -103,8 +91,7 @@ class AutoController:
     _since_plain: int = 0
     remaining: float = 0.0  # tokens the answer is still expected to run (plan() sets it each step)
     _steps: int = 0  # steps planned in this generation
-    _waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
-    _undecided: set[str] = field(default_factory=set)  # drafters whose reading waits for a wide pass timed
+    reading: Reading = field(default_factory=Reading)  # whether a drafter's first read pays
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # why drafters were benched, newest last
@@ -122,7 +109,9 @@ class AutoController:
         alphas = self.estimates(key.estimates).alphas(cap)
         rates = [GAIN_MARGIN * self.plain_rate()]
         for k in range(1, cap + 1):
-            rates.append(expected_tokens(alphas, k) / (self.costs.draft(key.drafter, k) + self.costs.verify(k + 1)))
+            rates.append(
+                expected_tokens(alphas, k) / (self.costs.draft(key.drafter, k) + self.costs.verify(k + 1))
+            )
         return rates
 
     def best_length(self, key: DraftKey, cap: int) -> int:
@@ -143,8 +132,7 @@ class AutoController:
 
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
-        self._waiting.clear()
-        self._undecided.clear()
+        self.reading.start()
         self._steps = 0
 
     def plan(self, cap: int, floor: int = 0, remaining: float = 0.0) -> AutoBudget:
@@ -154,14 +142,22 @@ class AutoController:
         self.remaining, self._steps = remaining, self._steps + 1
         return AutoBudget(self, cap, min(floor, cap))
 
-    def limit(self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None) -> tuple[int, int]:
+    def limit(
+        self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None
+    ) -> tuple[int, int]:
         """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
         st = self.gate(key.drafter)
         st.probing = False
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
-        if catch_up is not None and not st.benched and not self._reading_pays(key, cap, catch_up):
-            return 0, 0
+        if catch_up is not None and not st.benched:
+            est = self.estimates(key.estimates)
+            alphas = est.alphas(cap) if est.reached else None
+            reads = self.reading.pays(
+                self.costs, key.drafter, alphas, cap, catch_up, self.remaining, self._steps, self.notes
+            )
+            if not reads:
+                return 0, 0
         if st.trial > 0:
             k, floor = (cap if calibrated else max(self.best_length(key, cap), TRIAL_LENGTH)), TRIAL_LENGTH
         elif st.benched:
@@ -191,44 +187,17 @@ class AutoController:
                 self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
 
-    def _reading_pays(self, key: DraftKey, cap: int, catch_up: CatchUp) -> bool:
-        """Whether what `key` can save over the tokens still expected is READ_MARGIN times what
-        reading `catch_up` costs first (a reading no dearer than a target pass is left to the
-        gate). Saved per token: a one-token pass's cost less the best cost per token its drafts
-        promise (READ_PRIOR_ALPHA before it has drafted at all), once a wide pass has been timed at
-        this context length (or READ_UNDECIDED_STEPS steps went by without one)."""
-        costs = self.costs
-        reading = costs.read(catch_up)
-        if reading <= costs.verify(1):
-            return True
-        if not costs.wide_timed and self._steps <= READ_UNDECIDED_STEPS:
-            self._undecided.add(key.drafter)
-            return False
-        self._undecided.discard(key.drafter)
-        est = self.estimates(key.estimates)
-        alphas = est.alphas(cap) if est.reached else [READ_PRIOR_ALPHA] * cap
-        per_token = min((costs.draft(key.drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k) for k in range(1, cap + 1))
-        saved = self.remaining * (costs.verify(1) - per_token)
-        if saved > READ_MARGIN * reading:
-            self._waiting.discard(key.drafter)
-            return True
-        if key.drafter not in self._waiting:
-            self._waiting.add(key.drafter)
-            self.notes.append(
-                f"{key.drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would not pay "
-                f"{READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s over the ~{self.remaining:.0f} tokens expected"
-            )
-        return False
-
     def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool:
         """Whether a found draft of `length` tokens by `found` promises at least the tokens per
         second that `other` would reach drafting in its place (nothing, where it sits out or waits
         to read, decided or not). The found draft's cost is spent either way: only its
         verification counts."""
         st = self.gate(other.drafter)
-        if st.benched or other.drafter in self._waiting or other.drafter in self._undecided:
+        if st.benched or self.reading.holds(other.drafter):
             return True
-        mine = expected_tokens(self.estimates(found.estimates).alphas(length), length) / self.costs.verify(length + 1)
+        mine = expected_tokens(self.estimates(found.estimates).alphas(length), length) / self.costs.verify(
+            length + 1
+        )
         return mine >= max(self._rates(other, cap)[1:], default=0.0)
 
     def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
@@ -247,7 +216,9 @@ class AutoController:
             p *= alphas[m] if m < cap else 0.0
         return False
 
-    def update(self, key: DraftKey, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()) -> None:
+    def update(
+        self, key: DraftKey, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()
+    ) -> None:
         """Learn from a verified draft of `key`: `judged` pairs each drafted token the target
         judged with its draft confidence and whether it was accepted."""
         if drafted:
@@ -266,7 +237,11 @@ class AutoController:
             elif st.trial > 0:
                 st.trial -= 1
             elif st.realized.losing():
-                self._bench(asked.drafter, f"its recent steps ran at {st.realized.rate():.1f} tok/s, the target alone at {plain:.1f}")
+                self._bench(
+                    asked.drafter,
+                    f"its recent steps ran at {st.realized.rate():.1f} tok/s, the target alone at "
+                    f"{plain:.1f}",
+                )
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds

@@ -55,7 +55,10 @@ class _DraftFit:
             return
         head = min(first, seconds) if first is not None and passes > 1 else seconds
         ref = self.call_s / self.calls if self.calls > 0 else head
-        self.calls, self.call_s = self.calls * DRAFT_DECAY + 1, self.call_s * DRAFT_DECAY + clip(head, max(ref, 1e-7))
+        self.calls, self.call_s = (
+            self.calls * DRAFT_DECAY + 1,
+            self.call_s * DRAFT_DECAY + clip(head, max(ref, 1e-7)),
+        )
         if passes > 1:
             self._later(passes - 1, seconds - head)
 

@@ -113,11 +113,19 @@ class Realized:
 
     def add(self, tokens: int, seconds: float, plain_rate: float) -> None:
         d, x = REALIZED_DECAY, tokens - plain_rate * seconds
-        self.steps, self.tokens, self.seconds = self.steps * d + 1, self.tokens * d + tokens, self.seconds * d + seconds
+        self.steps, self.tokens, self.seconds = (
+            self.steps * d + 1,
+            self.tokens * d + tokens,
+            self.seconds * d + seconds,
+        )
         self.excess, self.excess_sq = self.excess * d + x, self.excess_sq * d + x * x
 
     def scale(self, factor: float) -> None:
-        self.steps, self.tokens, self.seconds = self.steps * factor, self.tokens * factor, self.seconds * factor
+        self.steps, self.tokens, self.seconds = (
+            self.steps * factor,
+            self.tokens * factor,
+            self.seconds * factor,
+        )
         self.excess, self.excess_sq = self.excess * factor, self.excess_sq * factor
 
     def losing(self) -> bool:

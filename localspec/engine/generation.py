@@ -32,8 +32,12 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    draft_mode: str = DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
+    draft_min: int = (
+        DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
+    )
+    draft_mode: str = (
+        DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
+    )
     verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
     # The target's log-probability of each emitted token, with this many alternatives (None: none).
@@ -77,7 +81,12 @@ class Run:
         """Whether the target's passes are read for their top tokens only (greedy, nothing shaping
         or scoring the logits)."""
         config = self.config
-        return config.sampling.greedy and config.sampling.penalties.off and self.grammar is None and config.logprobs is None
+        return (
+            config.sampling.greedy
+            and config.sampling.penalties.off
+            and self.grammar is None
+            and config.logprobs is None
+        )
 
 
 @dataclass

@@ -34,7 +34,9 @@ class Passes:
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
     seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
     prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
-    _fit: tuple[float, dict[int, float], list[int]] | None = field(default=None, init=False, repr=False)  # _smoothed(), until the next pass
+    _fit: tuple[float, dict[int, float], list[int]] | None = field(
+        default=None, init=False, repr=False
+    )  # _smoothed(), until the next pass
 
     def observe(self, batch: int, seconds: float) -> None:
         self._learn(batch, seconds)
@@ -58,7 +60,9 @@ class Passes:
             self.level, self.shape[1] = anchor, 1.0
         elif batch > 1 and n < 2:
             observed = seconds / self.level
-            self.shape[batch] = observed if n == 0 or batch not in self.shape else min(observed, self.shape[batch])
+            self.shape[batch] = (
+                observed if n == 0 or batch not in self.shape else min(observed, self.shape[batch])
+            )
         else:
             surprise = seconds / (self.level * relative)
             self.level += LEVEL_RATE * (clip(seconds / relative, self.level) - self.level)
@@ -81,7 +85,10 @@ class Passes:
             weight = {b: max(counts.get(b, 1), 1) for b in shape}
             settled = [b for b in shape if b > 1 and (counts.get(b, 0) >= 2 or not own)]
             line, tail = _lines(shape, weight, settled)
-            smoothed = {b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR) for b, r in shape.items()} | {1: 1.0}
+            smoothed = {
+                b: (weight[b] * r + SHAPE_PRIOR * line(b)) / (weight[b] + SHAPE_PRIOR)
+                for b, r in shape.items()
+            } | {1: 1.0}
             self._fit = tail, smoothed, sorted(smoothed)
         return self._fit
 
@@ -99,7 +106,9 @@ class Passes:
         return smoothed[lo] * (1 - w) + smoothed[hi] * w
 
 
-def _lines(shape: dict[int, float], weight: dict[int, int], wide: list[int]) -> tuple[Callable[[int], float], float]:
+def _lines(
+    shape: dict[int, float], weight: dict[int, int], wide: list[int]
+) -> tuple[Callable[[int], float], float]:
     """The shape's prior for each width and the slope beyond the widest, from two weighted fits:
     the line through (1, 1), and the line through the `wide` widths alone (those timed at least
     twice, as a width's own figure is: one slow pass at a width never timed before is noise as
@@ -110,13 +119,17 @@ def _lines(shape: dict[int, float], weight: dict[int, int], wide: list[int]) -> 
     line's slope is held to twice the other's, so two near widths timed at noisy moments cannot
     price every longer draft out."""
     den = sum(weight[b] * (b - 1) ** 2 for b in shape)
-    slope = max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
+    slope = (
+        max(sum(weight[b] * (r - 1.0) * (b - 1) for b, r in shape.items()) / den, 0.0) if den else PRIOR_SLOPE
+    )
     steep, start = slope, 1.0
     if len(wide) >= 2:
         total = sum(weight[b] for b in wide)
         mean_b = sum(weight[b] * b for b in wide) / total
         mean_r = sum(weight[b] * shape[b] for b in wide) / total
         spread = sum(weight[b] * (b - mean_b) ** 2 for b in wide)
-        steep = min(max(sum(weight[b] * (b - mean_b) * (shape[b] - mean_r) for b in wide) / spread, slope), 2 * slope)
+        steep = min(
+            max(sum(weight[b] * (b - mean_b) * (shape[b] - mean_r) for b in wide) / spread, slope), 2 * slope
+        )
         start = mean_r - steep * (mean_b - 1)
     return (lambda b: max(1.0 + slope * (b - 1), start + steep * (b - 1))), steep

@@ -30,15 +30,13 @@ from localspec.engine.accounting import expected_left, price_steps
 from localspec.engine.budgets import FixedBudget
 from localspec.engine.clock import Clock, WallClock
 from localspec.engine.controller import AutoController
+from localspec.engine.emission import emit, score
 from localspec.engine.events import (
     DoneEvent,
     Event,
     GenerationStats,
     NoticeEvent,
     PromptEvent,
-    StepEvent,
-    TokenEvent,
-    TokenLogprob,
 )
 from localspec.engine.generation import GenerationConfig, Proposal, Run, StepCost
 from localspec.engine.target_pass import chain_pass, tree_pass
@@ -46,7 +44,6 @@ from localspec.engine.text import TextStream
 from localspec.engine.threads import ThreadGovernor
 from localspec.engine.verdicts import judged
 from localspec.errors import LocalspecError
-from localspec.sampling.dist import token_logprobs
 from localspec.sampling.draws import Coupling
 
 ENDED_KEPT = 16  # answers whose lengths tell how long the next will run (a chat's, a server's)
@@ -96,22 +93,45 @@ class SpeculativeEngine:
         yield self._done(run)
 
     def _start(
-        self, prompt: Sequence[int], config: GenerationConfig, cancel: threading.Event | None, rng: np.random.Generator | None, generation: int
+        self,
+        prompt: Sequence[int],
+        config: GenerationConfig,
+        cancel: threading.Event | None,
+        rng: np.random.Generator | None,
+        generation: int,
     ) -> Run:
         target = self.target
         if not prompt:
             raise LocalspecError("the prompt is empty")
         if len(prompt) >= target.n_ctx:
-            raise LocalspecError(f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx")
+            raise LocalspecError(
+                f"the prompt is {len(prompt)} tokens, longer than the context ({target.n_ctx}): raise --ctx"
+            )
         rng = rng or np.random.default_rng(config.seed)
         coupling = None
         if config.verify == "coupled" and not config.sampling.greedy:
-            coupling = Coupling(config.seed if config.seed is not None else int(rng.integers(2**63)), generation)
+            coupling = Coupling(
+                config.seed if config.seed is not None else int(rng.integers(2**63)), generation
+            )
         drafter = self.drafter if config.draft_mode != "off" else None
-        stats = GenerationStats(drafter=self.drafter_name if drafter else "none", n_prompt=len(prompt), draft_mode=config.draft_mode)
+        stats = GenerationStats(
+            drafter=self.drafter_name if drafter else "none",
+            n_prompt=len(prompt),
+            draft_mode=config.draft_mode,
+        )
         stats.threads_default = self.governor.most if self.governor else target.threads
         stats.threads_fewest = target.threads
-        run = Run(config, cancel or threading.Event(), rng, coupling, drafter, stats, list(prompt), TextStream(config.stop), len(self.controller.notes))
+        run = Run(
+            config,
+            cancel or threading.Event(),
+            rng,
+            coupling,
+            drafter,
+            stats,
+            list(prompt),
+            TextStream(config.stop),
+            len(self.controller.notes),
+        )
         self.controller.start()
         if config.grammar:
             run.grammar = Grammar.compile(target.vocab, config.grammar)
@@ -145,7 +165,9 @@ class SpeculativeEngine:
         if run.cancel.is_set() or room < 0:
             run.stop_reason = "interrupted" if run.cancel.is_set() else "length"
             return
-        k_max = min(config.draft_max, config.max_tokens - len(run.generated) - 1, room, self.target.n_batch - 1)
+        k_max = min(
+            config.draft_max, config.max_tokens - len(run.generated) - 1, room, self.target.n_batch - 1
+        )
         self.controller.costs.at(len(ctx))
         proposal = self._propose(run, k_max)
         draft = proposal.draft
@@ -161,7 +183,7 @@ class SpeculativeEngine:
         emitted = [*(draft.tokens[i] for i in path), token]
         self._record(run, proposal, path, depth, verify_s)
         ctx.extend(emitted)
-        yield from self._emit(run, draft, emitted, len(path))
+        yield from emit(run, self.target, self.clock, draft, emitted, len(path))
 
     def _propose(self, run: Run, k_max: int) -> Proposal:
         config, drafter = run.config, run.drafter
@@ -186,8 +208,14 @@ class SpeculativeEngine:
             caught_up = out.seconds * min(draft.catch_up_s / measured, 1.0) if draft.catch_up_s else 0.0
             out.judged_s = out.seconds - caught_up
             # After a catch-up (left out) every pass counted is a one-token one.
-            first = self.clock.first_pass(draft.source, draft.first_pass_s) if draft.passes and not caught_up else None
-            self.controller.costs.observe_draft(draft.source, draft.passes - (caught_up > 0), out.judged_s, first)
+            first = (
+                self.clock.first_pass(draft.source, draft.first_pass_s)
+                if draft.passes and not caught_up
+                else None
+            )
+            self.controller.costs.observe_draft(
+                draft.source, draft.passes - (caught_up > 0), out.judged_s, first
+            )
         if len(draft) < floor and draft.probs is None:
             # A lookup match that runs out early: deterministic, so dropping it is exact.
             out.draft = Draft()
@@ -198,20 +226,11 @@ class SpeculativeEngine:
         the target's cache dropped the rejected tail) for a chain or a tree."""
         tree = draft.parents is not None and draft.tokens
         path, token, depth, logits = (tree_pass if tree else chain_pass)(self.target, run, draft)
-        self._score(run, logits, draft, path, token)
+        score(run, logits, draft, path, token)
         if tree or self.target.truncate(len(run.ctx) + len(path)):
             return path, token, depth, True
         self.target.prefill([*run.ctx, *draft.tokens[: len(path)]])
         return path, token, depth, False
-
-    def _score(self, run: Run, logits: np.ndarray, draft: Draft, path: list[int], token: int) -> None:
-        """The target's log-probabilities of the step's tokens, when asked for: read now, before
-        the next pass overwrites the logits. Token j was judged on the row of the node before it."""
-        if run.config.logprobs is None:
-            return
-        tokens, rows = [*(draft.tokens[i] for i in path), token], [0, *(i + 1 for i in path)]
-        scored = (token_logprobs(logits[r], t, run.config.sampling, run.config.logprobs) for r, t in zip(rows, tokens))
-        run.scored = [TokenLogprob(own, top) for own, top in scored]
 
     def _record(self, run: Run, proposal: Proposal, path: list[int], depth: int, verify_s: float) -> None:
         """What the step cost and earned, for the controller, the thread governor and the stats."""
@@ -225,44 +244,16 @@ class SpeculativeEngine:
         if draft.tokens:
             self.controller.update(draft.key, depth, len(path), judged(draft, path))
             stats.n_steps_drafted += 1
-        self.controller.record_step(proposal.asked, len(draft.tokens), len(path) + 1, proposal.judged_s + verify_s)
+        self.controller.record_step(
+            proposal.asked, len(draft.tokens), len(path) + 1, proposal.judged_s + verify_s
+        )
         stats.n_steps += 1
-
-    def _emit(self, run: Run, draft: Draft, emitted: list[int], n_acc: int) -> Iterator[Event]:
-        """Yield the step's tokens up to the first that ends generation (eos, a stop string, -n)."""
-        stats, shown = run.stats, 0
-        for tok in emitted:
-            run.generated.append(tok)
-            stats.n_generated += 1
-            shown += 1
-            eog = self.target.is_eog(tok)
-            if run.grammar is not None and not eog:
-                run.grammar.accept(tok)
-            text = "" if eog else run.stream.push(self.target.piece(tok))
-            if stats.n_generated == 1:
-                stats.first_token_s = stats.prompt_s + self.clock.now() - run.t_gen
-            yield TokenEvent(tok, text, draft.source if shown <= n_acc else None, run.scored[shown - 1] if run.scored else None)
-            if eog:
-                run.stop_reason = "eos"
-            elif run.stream.stopped:
-                run.stop_reason = "stop"
-            elif len(run.generated) >= run.config.max_tokens:
-                run.stop_reason = "length"
-            if run.stop_reason:
-                break
-        # The user's counts are of what was emitted: draft tokens verified past the end of
-        # generation count as neither accepted nor generated.
-        accepted = min(n_acc, shown)
-        run.spent[-1].shown = shown
-        if draft.tokens:
-            stats.record(draft.source, len(draft.tokens), accepted, draft.origin, draft.forced)
-        yield StepEvent(draft.source or None, len(draft.tokens), accepted, shown)
 
     def _done(self, run: Run) -> DoneEvent:
         stats, costs = run.stats, self.controller.costs
         stats.elapsed_s = self.clock.now() - run.t_gen
         stats.threads = self.target.threads
-        stats.notes = self.controller.notes[run.notes_before:]
+        stats.notes = self.controller.notes[run.notes_before :]
         mean_batch = round(stats.n_drafted / stats.n_steps_drafted) + 1 if stats.n_steps_drafted else 2
         stats.costs_ms = {k: round(v, 3) for k, v in costs.summary(mean_batch).items()}
         price_steps(stats, run.spent, costs)

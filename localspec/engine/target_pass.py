@@ -39,7 +39,9 @@ def tree_pass(target: Model, run: Run, draft: Draft) -> tuple[list[int], int, in
     ctx = run.ctx
     layout = TreeLayout.build(draft.parents or [])
     if layout.n_seqs > target.n_seq_max:
-        raise LocalspecError(f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences")
+        raise LocalspecError(
+            f"a draft tree of {layout.n_seqs} branches needs a target context with as many sequences"
+        )
     for s in range(1, layout.n_seqs):
         target.copy_seq(0, s)  # every branch sees the whole context
     root = len(ctx) - 1
@@ -55,7 +57,11 @@ def tree_pass(target: Model, run: Run, draft: Draft) -> tuple[list[int], int, in
             target.drop_seq(s)
         raise
     shape(run, logits, draft)
-    path, token = verify_tree(logits, draft.tokens, layout, run.config.sampling, run.rng, run.coupling, len(ctx))
+    path, token = verify_tree(
+        logits, draft.tokens, layout, run.config.sampling, run.rng, run.coupling, len(ctx)
+    )
     seq = layout.node_seqs[path[-1]][0] if path else 0
-    target.commit_path(seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs, rows=[0, *(i + 1 for i in path)])
+    target.commit_path(
+        seq, [ctx[-1], *(draft.tokens[i] for i in path)], layout.n_seqs, rows=[0, *(i + 1 for i in path)]
+    )
     return path, token, max(layout.depth), logits

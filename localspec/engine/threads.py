@@ -26,7 +26,9 @@ SLOWER = 1.5  # TRIAL passes in a row this much slower than the count's best str
 TRIAL = 6  # passes a thread count is judged on
 MARGIN = 0.95  # more threads are kept only if this much faster: on a busy machine they are close
 ABORT = 1.2  # a try of more threads ends at the first pass this much slower than fewer ran
-START = 1  # the pass after which other processes' load (measured since the models began loading) is looked at:
+START = (
+    1  # the pass after which other processes' load (measured since the models began loading) is looked at:
+)
 # at once, since on a busy core every pass at the full count may stall (300 ms against 50 here)
 BUSY_ELSEWHERE = 0.5  # cores other processes keep busy that make fewer threads worth a try
 PROBE_EVERY = 24  # passes at a reduced count before one thread more is tried
@@ -39,7 +41,9 @@ class ThreadGovernor:
     apply: Callable[[int], None]  # sets the models' thread counts
     others: Callable[[], float | None] = lambda: None  # cores other processes use (None: unknown)
     current: int = 0
-    recent: dict[int, list[float]] = field(default_factory=dict)  # count -> its last passes' normalised seconds
+    recent: dict[int, list[float]] = field(
+        default_factory=dict
+    )  # count -> its last passes' normalised seconds
     best: dict[int, float] = field(default_factory=dict)  # count -> the fastest median of TRIAL passes it ran
     trying: int | None = None  # the count on trial, and the one to go back to
     back_to: int = 0
@@ -68,7 +72,8 @@ class ThreadGovernor:
         return statistics.median(times) if times else float("inf")
 
     def observe(self, estimate: float, relative: float, seconds: float) -> None:
-        """A target pass estimated at `estimate` seconds, `relative` times a one-token pass, took `seconds`."""
+        """A target pass estimated at `estimate` seconds, `relative` times a one-token pass, took
+        `seconds`."""
         unit = seconds / max(relative, 1e-9)
         times = self.recent.setdefault(self.current, [])
         times.append(unit)
@@ -79,7 +84,9 @@ class ThreadGovernor:
             self._judge(unit)
             return
         if len(times) == TRIAL:
-            self.best[self.current] = min(self.best.get(self.current, float("inf")), self._median(self.current))
+            self.best[self.current] = min(
+                self.best.get(self.current, float("inf")), self._median(self.current)
+            )
         self.stalls = self.stalls + 1 if seconds > STALL * estimate else 0
         if self.current > 1 and (self.stalls >= STALLS or self._slowed() or self._crowded()):
             self._try(self.current - 1)

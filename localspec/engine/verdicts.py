@@ -56,7 +56,7 @@ def judged(draft: Draft, path: Sequence[int]) -> list[tuple[float, bool]]:
     on_path = {-1, *path}
     parents = draft.parents if draft.parents is not None else range(-1, len(draft.tokens) - 1)
     out, seen = [], set()
-    for i, (c, parent) in enumerate(zip(draft.confidences, parents)):
+    for i, (c, parent) in enumerate(zip(draft.confidences, parents, strict=False)):
         if parent in on_path and parent not in seen:
             seen.add(parent)
             out.append((c, i in on_path))

@@ -121,25 +121,40 @@ def _merge(registry: Registry, text: str, source: str) -> None:
 
 def check_alias_name(name: str) -> None:
     if not ALIAS_NAME.fullmatch(name) or ".." in name:
-        raise ValueError("an alias name is letters, digits, '.', '_', '-' and ':' (no path separators, no '..')")
+        raise ValueError(
+            "an alias name is letters, digits, '.', '_', '-' and ':' (no path separators, no '..')"
+        )
 
 
 def _file_spec(value: Any, key: str) -> FileSpec:
     if not isinstance(value, dict):
-        raise ValueError(f"{key} must be a table like {{ repo = \"owner/name\", quant = \"Q4_K_M\" }}")
+        raise ValueError(f'{key} must be a table like {{ repo = "owner/name", quant = "Q4_K_M" }}')
     if "path" in value:
         path, others = value["path"], sorted(set(value) - {"path"})
         if others:
             raise ValueError(f"{key}.path names a local file: it goes without {key}.{others[0]}")
-        if not isinstance(path, str) or not path.endswith(".gguf") or not Path(path).expanduser().is_absolute():
+        if (
+            not isinstance(path, str)
+            or not path.endswith(".gguf")
+            or not Path(path).expanduser().is_absolute()
+        ):
             raise ValueError(f"{key}.path must be the absolute path of a .gguf file")
         return FileSpec("", path=str(Path(path).expanduser()))
     unknown = set(value) - {"repo", "quant", "file", "revision"}
     if unknown:
         raise ValueError(f"{key}.{sorted(unknown)[0]} is not a known field")
     repo = value.get("repo")
-    if not isinstance(repo, str) or not HUB_REPO.fullmatch(repo) or ".." in repo or "--" in repo or repo.endswith(".git"):
-        raise ValueError(f"{key}.repo must be 'owner/name' as the Hub spells them (letters, digits, '-', '_', '.'): not {str(repo)[:60]!r}")
+    if (
+        not isinstance(repo, str)
+        or not HUB_REPO.fullmatch(repo)
+        or ".." in repo
+        or "--" in repo
+        or repo.endswith(".git")
+    ):
+        raise ValueError(
+            f"{key}.repo must be 'owner/name' as the Hub spells them (letters, digits, '-', '_', '.'): not "
+            f"{str(repo)[:60]!r}"
+        )
     quant, file = value.get("quant"), value.get("file")
     if (quant is None) == (file is None):
         raise ValueError(f"{key} needs exactly one of quant or file")

@@ -6,34 +6,20 @@ from __future__ import annotations
 import errno
 import functools
 import hashlib
-import os
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from localspec.backend.gguf_file import SPLIT_RE
 from localspec.errors import LocalspecError
 from localspec.registry.aliases import FileSpec
+from localspec.registry.blobs import fetch_blob
+from localspec.registry.remote import DownloadProgress, RemoteFile
 
-QUANT_NAME_RE = re.compile(r"(?<![A-Za-z0-9])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    sha256: str | None
-
-
-class DownloadProgress(Protocol):
-    """What a pull reports; the CLI renders it (the hub code has no terminal code)."""
-
-    def file_started(self, name: str, size: int, done: int) -> None: ...
-    def file_advanced(self, name: str, n: int) -> None: ...
-    def file_finished(self, name: str, size: int) -> None: ...
+QUANT_NAME_RE = re.compile(
+    r"(?<![A-Za-z0-9])((?:I?Q\d(?:_[A-Z0-9]+)*)|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE
+)
 
 
 def _quant_re(quant: str) -> re.Pattern[str]:
@@ -62,14 +48,20 @@ def resolve_files(spec: FileSpec, files: list[RemoteFile]) -> list[RemoteFile]:
         chosen = [f for f in ggufs if pattern.search(f.path)]
         if not chosen:
             quants = sorted({q.upper() for f in ggufs for q in QUANT_NAME_RE.findall(Path(f.path).name)})
-            raise LocalspecError(f"{spec.repo} has no {spec.quant} GGUF; quants there: {', '.join(quants) or 'none'}")
+            raise LocalspecError(
+                f"{spec.repo} has no {spec.quant} GGUF; quants there: {', '.join(quants) or 'none'}"
+            )
         models = sorted({_model_key(f.path) for f in chosen})
         if len(models) > 1:
-            raise LocalspecError(f"{spec.quant} is ambiguous in {spec.repo} ({', '.join(models)}): name a file instead")
+            raise LocalspecError(
+                f"{spec.quant} is ambiguous in {spec.repo} ({', '.join(models)}): name a file instead"
+            )
     chosen.sort(key=lambda f: f.path)
     m = SPLIT_RE.match(chosen[0].path)
     if m and len(chosen) != int(m["total"]):
-        raise LocalspecError(f"{spec.repo}: split model {m['stem']} lists {len(chosen)} of {int(m['total'])} parts")
+        raise LocalspecError(
+            f"{spec.repo}: split model {m['stem']} lists {len(chosen)} of {int(m['total'])} parts"
+        )
     return chosen
 
 
@@ -104,14 +96,25 @@ def cached_repo_files(spec: FileSpec, cache_dir: Path | None) -> list[RemoteFile
             continue
         for rev in repo.revisions:
             if wanted in rev.refs or rev.commit_hash == wanted:
-                return [RemoteFile(str(f.file_path.relative_to(rev.snapshot_path)), f.size_on_disk, None) for f in rev.files]
+                return [
+                    RemoteFile(str(f.file_path.relative_to(rev.snapshot_path)), f.size_on_disk, None)
+                    for f in rev.files
+                ]
     return []
 
 
 class _ProgressAdapter:
     """Stands in for the tqdm class huggingface_hub drives while downloading one file."""
 
-    def __init__(self, progress: DownloadProgress, name: str, *, total: int | None = None, initial: int = 0, **_: object) -> None:
+    def __init__(
+        self,
+        progress: DownloadProgress,
+        name: str,
+        *,
+        total: int | None = None,
+        initial: int = 0,
+        **_: object,
+    ) -> None:
         self._progress, self._name = progress, name
         progress.file_started(name, total or 0, initial)
 
@@ -129,14 +132,18 @@ class _ProgressAdapter:
 
 
 def download(
-    spec: FileSpec, file: RemoteFile, progress: DownloadProgress, local_dir: Path | None = None, cache_dir: Path | None = None
+    spec: FileSpec,
+    file: RemoteFile,
+    progress: DownloadProgress,
+    local_dir: Path | None = None,
+    cache_dir: Path | None = None,
 ) -> Path:
     """Download (or find in the cache) one file, resuming what an earlier pull left."""
     from huggingface_hub import hf_hub_download
 
     with hub_errors(spec.repo, file.path):
         if local_dir is None:
-            _fetch_blob(spec, file, progress, cache_dir)
+            fetch_blob(spec, file, progress, cache_dir)
         path = Path(
             hf_hub_download(
                 spec.repo,
@@ -149,82 +156,6 @@ def download(
         )
     progress.file_finished(file.path, file.size)
     return path
-
-
-PARTIAL_SUFFIX = ".localspec-partial"
-NETWORK_ATTEMPTS = 5  # connections dropped mid-file are resumed this often before a pull gives up
-
-
-def _fetch_blob(spec: FileSpec, file: RemoteFile, progress: DownloadProgress, cache_dir: Path | None) -> None:
-    """Bring an LFS file's blob into huggingface_hub's cache ourselves, so that a pull killed midway
-    (SIGKILL, power loss, a closed laptop) resumes in the next process: bytes go over HTTP Range
-    into `blobs/<sha256>.localspec-partial`, a name of our own that stays put between processes,
-    under huggingface_hub's lock for that blob; when complete it is renamed to `blobs/<sha256>`,
-    and hf_hub_download then only links the snapshot to it. (huggingface_hub's own `*.incomplete`
-    files have random names and resume only within a process; they are removed under the lock.)
-    The sha256 is checked afterwards, by the caller, as for every pulled file."""
-    from huggingface_hub import constants, get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.file_download import repo_folder_name
-    from huggingface_hub.utils import (
-        WeakFileLock,
-        build_hf_headers,
-        get_session,
-        hf_raise_for_status,
-    )
-
-    if constants.HF_HUB_OFFLINE or file.sha256 is None:
-        return  # nothing to fetch, or not content-addressed: hf_hub_download does it all
-    meta = get_hf_file_metadata(hf_hub_url(spec.repo, file.path, revision=spec.revision))
-    if meta.etag != file.sha256:
-        return
-    cache = Path(cache_dir or constants.HF_HUB_CACHE)
-    folder = repo_folder_name(repo_id=spec.repo, repo_type="model")
-    blob = cache / folder / "blobs" / file.sha256
-    if blob.exists():
-        return
-    lock = cache / ".locks" / folder / f"{file.sha256}.lock"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
-    with WeakFileLock(lock):
-        if blob.exists():
-            return
-        for stale in blob.parent.glob(f"{file.sha256}*.incomplete"):
-            stale.unlink(missing_ok=True)
-        done = partial.stat().st_size if partial.exists() else 0
-        if done > file.size:
-            partial.unlink()
-            done = 0
-        progress.file_started(file.path, file.size, done)
-        for attempt in range(NETWORK_ATTEMPTS):
-            try:
-                done = _append(get_session(), meta.location, partial, done, build_hf_headers(), lambda n: progress.file_advanced(file.path, n), hf_raise_for_status)
-                break
-            except Exception as err:  # a dropped connection: go on from what arrived
-                if attempt == NETWORK_ATTEMPTS - 1 or not type(err).__module__.startswith(("httpx", "httpcore", "h11")):
-                    raise
-                done = partial.stat().st_size if partial.exists() else 0
-        if done != file.size:
-            raise LocalspecError(f"{file.path}: the Hub sent {done} bytes of {file.size}; pull again (it resumes)")
-        os.replace(partial, blob)
-
-
-def _append(session, url: str, partial: Path, done: int, headers: dict, advance: Callable[[int], None], check) -> int:
-    """Append to `partial` what the server has from byte `done` on; the size reached."""
-    if done:
-        headers = {**headers, "Range": f"bytes={done}-"}
-    with session.stream("GET", url, headers=headers, follow_redirects=True) as response:
-        if response.status_code >= 400:
-            response.read()  # the error's text, for the message
-            check(response)
-        if done and response.status_code != 206:  # the server ignored the Range: start over
-            done = 0
-        with partial.open("ab" if done else "wb") as out:
-            for chunk in response.iter_bytes(1 << 20):
-                out.write(chunk)
-                done += len(chunk)
-                advance(len(chunk))
-    return done
 
 
 def sha256_of(path: Path, advance: Callable[[int], None] = lambda _n: None) -> str:
@@ -263,15 +194,21 @@ def hub_errors(repo: str, filename: str | None = None) -> Iterator[None]:
     except (e.EntryNotFoundError, e.RemoteEntryNotFoundError):
         raise LocalspecError(f"{what} not found on the Hub") from None
     except (e.LocalEntryNotFoundError, e.OfflineModeIsEnabled):
-        raise LocalspecError(f"{what} is not in the local cache and the Hub cannot be reached (offline?)") from None
+        raise LocalspecError(
+            f"{what} is not in the local cache and the Hub cannot be reached (offline?)"
+        ) from None
     except e.HfHubHTTPError as err:
         status = err.response.status_code if err.response is not None else None
         if status in (401, 403):
-            raise LocalspecError(f"access to {repo} denied ({status}): set HF_TOKEN and accept the model's license on the Hub") from None
+            raise LocalspecError(
+                f"access to {repo} denied ({status}): set HF_TOKEN and accept the model's license on the Hub"
+            ) from None
         raise LocalspecError(f"the Hub answered {status} for {what}") from None
     except OSError as err:
         if err.errno == errno.ENOSPC:
-            raise LocalspecError(f"disk full while downloading {what}: free space and pull again (it resumes)") from None
+            raise LocalspecError(
+                f"disk full while downloading {what}: free space and pull again (it resumes)"
+            ) from None
         raise LocalspecError(f"download of {what} failed: {err}") from None
     except Exception as err:  # network errors come from httpx under several names
         if type(err).__module__.startswith(("httpx", "httpcore", "requests", "urllib3")):

@@ -22,6 +22,7 @@ from localspec.registry.aliases import (
     check_alias_name,
     load_registry,
 )
+from localspec.registry.remote import DownloadProgress, RemoteFile
 
 ROLES = ("target", "draft")
 
@@ -48,7 +49,9 @@ class Manifest:
         return Path(files[0].local)
 
     def size_bytes(self) -> int:
-        return sum(Path(f.local).stat().st_size for fs in self.files.values() for f in fs if Path(f.local).is_file())
+        return sum(
+            Path(f.local).stat().st_size for fs in self.files.values() for f in fs if Path(f.local).is_file()
+        )
 
 
 def manifests_dir() -> Path:
@@ -76,15 +79,22 @@ def read_manifest(alias: str) -> Manifest | None:
     path = record_path(alias)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return Manifest(data["alias"], {role: [PulledFile(**f) for f in files] for role, files in data["files"].items()})
+        return Manifest(
+            data["alias"], {role: [PulledFile(**f) for f in files] for role, files in data["files"].items()}
+        )
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        raise DamagedRecord(f"the record of pulled alias {alias!r} is damaged ({path}): pull it again") from None
+        raise DamagedRecord(
+            f"the record of pulled alias {alias!r} is damaged ({path}): pull it again"
+        ) from None
 
 
 def write_manifest(manifest: Manifest) -> None:
-    data = {"alias": manifest.alias, "files": {r: [asdict(f) for f in fs] for r, fs in manifest.files.items()}}
+    data = {
+        "alias": manifest.alias,
+        "files": {r: [asdict(f) for f in fs] for r, fs in manifest.files.items()},
+    }
     write_json(record_path(manifest.alias), data)
 
 
@@ -101,15 +111,15 @@ def all_manifests() -> list[Manifest]:
     folder = manifests_dir()
     if not folder.is_dir():
         return []
-    found = (read_manifest_or_none(p.stem) for p in sorted(folder.glob("*.json")) if ALIAS_NAME.fullmatch(p.stem))
+    found = (
+        read_manifest_or_none(p.stem) for p in sorted(folder.glob("*.json")) if ALIAS_NAME.fullmatch(p.stem)
+    )
     return [m for m in found if m is not None]
-
-
 
 
 @dataclass
 class PullPlan:
-    files: dict[str, list[hub.RemoteFile]]
+    files: dict[str, list[RemoteFile]]
     specs: dict[str, FileSpec]
 
     @property
@@ -121,12 +131,12 @@ def plan_pull(alias: Alias, offline: bool, cache_dir: Path | None = None) -> Pul
     """What to download: the alias's files on the Hub (those it names on this machine need none)."""
     specs = {"target": alias.target, **({"draft": alias.draft} if alias.draft else {})}
     specs = {role: spec for role, spec in specs.items() if spec.local is None}
-    files: dict[str, list[hub.RemoteFile]] = {}
+    files: dict[str, list[RemoteFile]] = {}
     for role, spec in specs.items():
         if offline:
             known = read_manifest_or_none(alias.name)
             if known and known.files.get(role):
-                files[role] = [hub.RemoteFile(f.path, f.size, f.sha256) for f in known.files[role]]
+                files[role] = [RemoteFile(f.path, f.size, f.sha256) for f in known.files[role]]
                 continue
             listing = hub.cached_repo_files(spec, cache_dir)
             if not listing:
@@ -137,7 +147,7 @@ def plan_pull(alias: Alias, offline: bool, cache_dir: Path | None = None) -> Pul
     return PullPlan(files, specs)
 
 
-def _on_disk(spec: FileSpec, remote: hub.RemoteFile, local_dir: Path | None) -> bool:
+def _on_disk(spec: FileSpec, remote: RemoteFile, local_dir: Path | None) -> bool:
     if local_dir is not None:
         path = local_dir / remote.path
         return path.is_file() and path.stat().st_size == remote.size
@@ -160,14 +170,17 @@ def check_space(plan: PullPlan, dest: Path, local_dir: Path | None = None) -> li
         )
     memory = total_memory_bytes()
     if memory and plan.total_bytes > memory:
-        return [f"the models ({plan.total_bytes / 1e9:.1f} GB) exceed this machine's memory ({memory / 1e9:.1f} GB): they will run slowly, if at all"]
+        return [
+            f"the models ({plan.total_bytes / 1e9:.1f} GB) exceed this machine's memory "
+            f"({memory / 1e9:.1f} GB): they will run slowly, if at all"
+        ]
     return []
 
 
 def fetch(
     alias: Alias,
     plan: PullPlan,
-    progress: hub.DownloadProgress,
+    progress: DownloadProgress,
     local_dir: Path | None = None,
     cache_dir: Path | None = None,
     check: bool = False,
@@ -175,7 +188,11 @@ def fetch(
     """Download every planned file, verify sizes and sha256, and record the manifest. Files pulled
     before are checked by size (and with `check`, by sha256 too); a wrong one is fetched again."""
     previous = read_manifest_or_none(alias.name)  # a damaged record is rewritten below
-    verified = {(f.repo, f.path, f.local, f.size, f.sha256) for fs in (previous.files.values() if previous else []) for f in fs}
+    verified = {
+        (f.repo, f.path, f.local, f.size, f.sha256)
+        for fs in (previous.files.values() if previous else [])
+        for f in fs
+    }
     manifest = Manifest(alias.name)
     for role, files in plan.files.items():
         spec = plan.specs[role]
@@ -187,12 +204,14 @@ def fetch(
                 hub.remove_downloaded(path)  # damaged since (or never right): fetch it once more
                 path = hub.download(spec, remote, progress, local_dir, cache_dir)
                 _verify(path, remote, progress)
-            manifest.files[role].append(PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256))
+            manifest.files[role].append(
+                PulledFile(spec.repo, remote.path, str(path), path.stat().st_size, remote.sha256)
+            )
     write_manifest(manifest)
     return manifest
 
 
-def _problem(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) -> str | None:
+def _problem(path: Path, remote: RemoteFile, progress: DownloadProgress) -> str | None:
     """What is wrong with a downloaded file against the Hub's size and sha256 (None: nothing)."""
     size = path.stat().st_size
     if remote.size and size != remote.size:
@@ -207,7 +226,7 @@ def _problem(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress)
     return None
 
 
-def _verify(path: Path, remote: hub.RemoteFile, progress: hub.DownloadProgress) -> None:
+def _verify(path: Path, remote: RemoteFile, progress: DownloadProgress) -> None:
     problem = _problem(path, remote, progress)
     if problem:
         hub.remove_downloaded(path)

@@ -7,7 +7,8 @@ is asked of the likeliest tokens first, in growing batches, until the rest can n
 the sampler: greedy needs one allowed token, top-k the k best allowed (or, when fewer are found,
 as many as the nucleus and min-p cut can still reach), min-p every allowed token above its bound,
 top-p a cut that the mass of the tokens not asked of could not move; full support and exact
-log-probabilities need all of them. The row returned keeps finite only the allowed tokens it found, all a sampler under `params` would reach."""
+log-probabilities need all of them. The row returned keeps finite only the allowed tokens it found,
+all a sampler under `params` would reach."""
 
 from __future__ import annotations
 
@@ -44,7 +45,12 @@ def _enough(kept: np.ndarray, lowest: float, logits: np.ndarray, params: Samplin
     return not joining
 
 
-def constrained(logits: np.ndarray, params: SamplingParams, allowed: Callable[[np.ndarray], np.ndarray], whole: bool = False) -> np.ndarray:
+def constrained(
+    logits: np.ndarray,
+    params: SamplingParams,
+    allowed: Callable[[np.ndarray], np.ndarray],
+    whole: bool = False,
+) -> np.ndarray:
     """`logits` with what the grammar (`allowed`) forbids, and what the sampler would not reach
     anyway, at -inf. `whole`: every allowed token kept (for an exact softmax over them)."""
     vocab = len(logits)

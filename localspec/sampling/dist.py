@@ -126,7 +126,9 @@ def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
         width = vocab // GROUP
         best = x[: GROUP * width].reshape(GROUP, width).max(axis=0)
         cols = np.argpartition(best, width - n)[width - n :]
-        cand = np.concatenate(((np.arange(GROUP)[:, None] * width + cols).ravel(), np.arange(GROUP * width, vocab)))
+        cand = np.concatenate(
+            ((np.arange(GROUP)[:, None] * width + cols).ravel(), np.arange(GROUP * width, vocab))
+        )
         # The n largest are each at least the n-th largest column maximum (n columns reach it):
         # what lies below goes before the partition, which slows tenfold over many equal values
         # (a vocabulary's unused ids, whose rows are copies of one another).
@@ -158,7 +160,10 @@ def top_token(logits: np.ndarray) -> tuple[int, float]:
 
 class NotNumbers(LocalspecError):
     def __init__(self) -> None:
-        super().__init__("the model's output is not numbers (NaN or infinite logits): its weights are damaged, or its type is one this build computes wrongly")
+        super().__init__(
+            "the model's output is not numbers (NaN or infinite logits): its weights are damaged, or its "
+            "type is one this build computes wrongly"
+        )
 
 
 def final_dist(logits: np.ndarray, params: SamplingParams) -> Dist:
@@ -203,7 +208,9 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> np.ndarray:
     return final_dist(logits, params).dense(len(logits))
 
 
-def token_logprobs(logits: np.ndarray, token: int, params: SamplingParams, n_top: int) -> tuple[float, tuple[tuple[int, float], ...]]:
+def token_logprobs(
+    logits: np.ndarray, token: int, params: SamplingParams, n_top: int
+) -> tuple[float, tuple[tuple[int, float], ...]]:
     """log p(token) and the n_top likeliest tokens with theirs, p the distribution the token was
     drawn from: the final one at temp > 0 (-inf outside its support); at temp 0 the softmax of the
     logits, since greedy's own choice is one-hot and would say nothing."""

@@ -33,7 +33,10 @@ def sample(probs: Dist | np.ndarray, rng: np.random.Generator) -> int:
     # A whole vocabulary: a block in proportion to its sum, then a token within it (exact, and
     # one pass instead of a cumulative sum of every token).
     rows = len(w) // GROUP
-    blocks = np.append(w[: rows * GROUP].reshape(rows, GROUP).sum(axis=1, dtype=np.float64), w[rows * GROUP :].sum(dtype=np.float64))
+    blocks = np.append(
+        w[: rows * GROUP].reshape(rows, GROUP).sum(axis=1, dtype=np.float64),
+        w[rows * GROUP :].sum(dtype=np.float64),
+    )
     b = _draw(blocks, rng)
     return b * GROUP + _draw(w[b * GROUP : (b + 1) * GROUP], rng)
 

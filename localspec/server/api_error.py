@@ -8,7 +8,9 @@ from typing import Any
 class ApiError(Exception):
     """An error response: its HTTP status, message, the field at fault and OpenAI's error type."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, kind: str = "invalid_request_error"
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.kind = status, message, param, kind
 

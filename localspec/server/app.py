@@ -71,7 +71,14 @@ class Server:
         ]
         middleware = [Middleware(RequestLog, fmt=self.config.log_format)]
         if self.config.cors:
-            middleware.append(Middleware(CORSMiddleware, allow_origins=list(self.config.cors), allow_methods=["*"], allow_headers=["*"]))
+            middleware.append(
+                Middleware(
+                    CORSMiddleware,
+                    allow_origins=list(self.config.cors),
+                    allow_methods=["*"],
+                    allow_headers=["*"],
+                )
+            )
         middleware.append(Middleware(InternalErrors, on_error=self.metrics.requests.labels("error").inc))
         handlers = {ApiError: self._api_error, HTTPException: self._http_error}
         return Starlette(routes=routes, middleware=middleware, exception_handlers=handlers)  # type: ignore[arg-type]
@@ -82,7 +89,12 @@ class Server:
 
     async def models(self, request: Request) -> Response:
         self._authorize(request)
-        model = {"id": self.config.model_id, "object": "model", "created": self.config.created, "owned_by": "localspec"}
+        model = {
+            "id": self.config.model_id,
+            "object": "model",
+            "created": self.config.created,
+            "owned_by": "localspec",
+        }
         return JSONResponse({"object": "list", "data": [model]})
 
     async def prometheus(self, request: Request) -> Response:
@@ -103,21 +115,36 @@ class Server:
             self._authorize(request)
             body, replaced = await read_body(request, self.config.max_body)
             if replaced:
-                log_line(f"{replaced} text(s) of a request held lone surrogates (not Unicode): replaced with U+FFFD")
+                log_line(
+                    f"{replaced} text(s) of a request held lone surrogates (not Unicode): replaced with "
+                    "U+FFFD"
+                )
             req = parse_request(body, chat)
-            fmt, values = tool_plan(req.tools, template_of(self.loaded.target), req.values) if chat else ("", req.values)
+            fmt, values = (
+                tool_plan(req.tools, template_of(self.loaded.target), req.values)
+                if chat
+                else ("", req.values)
+            )
             tokens = await run_in_threadpool(self._tokens, req, fmt)
             room = self.loaded.target.n_ctx - len(tokens)
             # A request that names no limit may fill the context (OpenAI's and llama-server's default).
-            config = generation_config(self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **values}))
+            config = generation_config(
+                self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **values})
+            )
         except ApiError as e:
             self.metrics.requests.labels("bad_request" if e.status < 500 else "error").inc()
             return error(e)
         target = self.loaded.target
         reading = ToolReading(fmt, frozenset(t.name for t in req.tools.tools)) if req.tools else None
         shaper = Shaper(target.piece) if req.logprobs is not None else None
-        choices = Choices(tokens, replace(config, logprobs=req.logprobs), Reply(chat, self.config.model_id, reading),
-                          lambda: Gathered(shaper, chat, target.is_eog), req.n, req.include_usage)
+        choices = Choices(
+            tokens,
+            replace(config, logprobs=req.logprobs),
+            Reply(chat, self.config.model_id, reading),
+            lambda: Gathered(shaper, chat, target.is_eog),
+            req.n,
+            req.include_usage,
+        )
         job = choices.job(0, arrived)
         refused = await self.delivery.begin(job, request)
         if refused is not None:
@@ -125,7 +152,9 @@ class Server:
         waited = {"X-Queue-Ms": f"{job.queue_ms:.0f}"}
         if req.stream:
             stream = self.delivery.stream(choices, job, request)
-            return StreamingResponse(stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **waited})
+            return StreamingResponse(
+                stream, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **waited}
+            )
         return await self.delivery.whole(choices, job, request, waited)
 
     # --- request checks ----------------------------------------------------------------------
@@ -134,14 +163,20 @@ class Server:
         if key is None:
             return
         given = request.headers.get("authorization", "")
-        if not given.lower().startswith("bearer ") or not secrets.compare_digest(given[7:].strip().encode(), key.encode()):
-            raise ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY)", kind="authentication_error")
+        if not given.lower().startswith("bearer ") or not secrets.compare_digest(
+            given[7:].strip().encode(), key.encode()
+        ):
+            raise ApiError(
+                401, "missing or wrong API key (send Authorization: Bearer KEY)", kind="authentication_error"
+            )
 
     def _settings(self, values: dict[str, Any]) -> Settings:
         try:
             return self.config.settings.merged(repeatable(values))
         except SettingError as e:
-            raise ApiError(400, e.worded(lambda n: FIELDS[n].api or n), FIELDS[e.name].api or e.name) from None
+            raise ApiError(
+                400, e.worded(lambda n: FIELDS[n].api or n), FIELDS[e.name].api or e.name
+            ) from None
 
     def _tokens(self, req: ApiRequest, fmt: str) -> list[int]:
         target = self.loaded.target
@@ -156,22 +191,34 @@ class Server:
             tokens = req.prompt
             wrong = next((t for t in tokens if t >= target.n_vocab), None)
             if wrong is not None:
-                raise bad("prompt", f"token id {wrong} is not in the model's vocabulary ({target.n_vocab} ids)")
+                raise bad(
+                    "prompt", f"token id {wrong} is not in the model's vocabulary ({target.n_vocab} ids)"
+                )
         if len(tokens) >= target.n_ctx:
-            raise bad(where, f"the prompt is {len(tokens)} tokens, the context holds {target.n_ctx} (start the server with a larger --ctx)")
+            raise bad(
+                where,
+                f"the prompt is {len(tokens)} tokens, the context holds {target.n_ctx} (start the server "
+                "with a larger --ctx)",
+            )
         return tokens
 
     def _fitting(self, text: str, where: str) -> str:
         n_ctx = self.loaded.target.n_ctx
         if tokens_in_prefix(self.loaded.target, text) >= n_ctx:
-            raise bad(where, f"the prompt is over {n_ctx} tokens ({len(text):,} characters), the context holds {n_ctx} (start the server with a larger --ctx)")
+            raise bad(
+                where,
+                f"the prompt is over {n_ctx} tokens ({len(text):,} characters), the context holds {n_ctx} "
+                "(start the server with a larger --ctx)",
+            )
         return text
 
     # --- errors --------------------------------------------------------------------------------
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
-        return error(ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind=kind))
+        return error(
+            ApiError(exc.status_code, f"{request.method} {request.url.path}: {exc.detail}", kind=kind)
+        )
 
     async def _api_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)

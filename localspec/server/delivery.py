@@ -44,7 +44,11 @@ class Choices:
     include_usage: bool = False
 
     def job(self, i: int, arrived: float | None = None) -> Job:
-        config = self.config if self.config.seed is None or i == 0 else replace(self.config, seed=(self.config.seed + i) % 2**64)
+        config = (
+            self.config
+            if self.config.seed is None or i == 0
+            else replace(self.config, seed=(self.config.seed + i) % 2**64)
+        )
         return Job(self.tokens, config, asyncio.get_running_loop(), arrived=arrived or time.perf_counter())
 
     def reply_for(self, i: int) -> Reply:
@@ -73,7 +77,9 @@ class Delivery:
             self.scheduler.submit(job)
         except QueueFull:
             self.metrics.requests.labels("rejected").inc()
-            busy = ApiError(503, f"the server is busy: {self.max_queue} requests are already waiting", kind="server_busy")
+            busy = ApiError(
+                503, f"the server is busy: {self.max_queue} requests are already waiting", kind="server_busy"
+            )
             return error(busy, {"Retry-After": str(RETRY_AFTER_S)})
         except ShuttingDown:
             self.metrics.requests.labels("rejected").inc()
@@ -110,7 +116,9 @@ class Delivery:
             ev = await self._one(job, request, scores)
             if isinstance(ev, Response):
                 return ev
-            bodies.append(choices.reply_for(i).whole(ev.text, ev.stop_reason, ev.stats, queue_ms, scores.take()))
+            bodies.append(
+                choices.reply_for(i).whole(ev.text, ev.stop_reason, ev.stats, queue_ms, scores.take())
+            )
             all_stats.append(ev.stats)
         stats = combined(all_stats)
         self._finished(request, stats, queue_ms, arrived)
@@ -175,7 +183,9 @@ class Delivery:
             if live is not None:  # the client went away (the response was cancelled)
                 self._leave(live)
 
-    async def _pieces(self, job: Job, reply: Reply, scores: Gathered, outcome: Outcome) -> AsyncIterator[bytes]:
+    async def _pieces(
+        self, job: Job, reply: Reply, scores: Gathered, outcome: Outcome
+    ) -> AsyncIterator[bytes]:
         """One choice's events as they come: its text in chunks, or an error event and [DONE].
         Its last chunks wait (the last choice's carries the timings): `outcome` gets its end."""
         yield sse(reply.chunk(first=True))

@@ -39,7 +39,16 @@ class InternalErrors:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
             body = json.dumps(internal(exc).body()).encode()
-            await send({"type": "http.response.start", "status": 500, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                    ],
+                }
+            )
             await send({"type": "http.response.body", "body": body})
 
 

@@ -19,15 +19,35 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
         self.drafts = Counter("localspec:spec_decode_num_drafts", "Steps that verified a draft.", registry=r)
-        self.draft_tokens = Counter("localspec:spec_decode_num_draft_tokens", "Draft tokens verified.", registry=r)
-        self.accepted = Counter("localspec:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r)
-        self.prompt_tokens = Counter("localspec:prompt_tokens", "Prompt tokens of finished requests.", registry=r)
-        self.prompt_evaluated = Counter("localspec:prompt_tokens_evaluated", "Prompt tokens evaluated (not reused from the KV cache).", registry=r)
+        self.draft_tokens = Counter(
+            "localspec:spec_decode_num_draft_tokens", "Draft tokens verified.", registry=r
+        )
+        self.accepted = Counter(
+            "localspec:spec_decode_num_accepted_tokens", "Draft tokens accepted.", registry=r
+        )
+        self.prompt_tokens = Counter(
+            "localspec:prompt_tokens", "Prompt tokens of finished requests.", registry=r
+        )
+        self.prompt_evaluated = Counter(
+            "localspec:prompt_tokens_evaluated",
+            "Prompt tokens evaluated (not reused from the KV cache).",
+            registry=r,
+        )
         self.generated = Counter("localspec:generation_tokens", "Tokens generated.", registry=r)
         self.requests = Counter("localspec:requests", "Requests by outcome.", ["outcome"], registry=r)
         self.waiting = Gauge("localspec:num_requests_waiting", "Requests queued for generation.", registry=r)
-        self.ttft = Histogram("localspec:time_to_first_token_seconds", "From arrival to the first generated token.", buckets=LATENCY_BUCKETS, registry=r)
-        self.latency = Histogram("localspec:e2e_request_latency_seconds", "From arrival to the last generated token.", buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram(
+            "localspec:time_to_first_token_seconds",
+            "From arrival to the first generated token.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.latency = Histogram(
+            "localspec:e2e_request_latency_seconds",
+            "From arrival to the last generated token.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         for outcome in ("ok", "bad_request", "rejected", "cancelled", "error"):
             self.requests.labels(outcome)
 

@@ -68,7 +68,9 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
     _typed(body, "model", str, "text")  # any name is served, but it must be one
     req.stream = bool(_typed(body, "stream", bool, KINDS[bool]))
     options = _typed(body, "stream_options", dict, "an object") or {}
-    req.include_usage = bool(_typed(options, "include_usage", bool, KINDS[bool], "stream_options.include_usage"))
+    req.include_usage = bool(
+        _typed(options, "include_usage", bool, KINDS[bool], "stream_options.include_usage")
+    )
     if chat:
         req.messages = _messages(body.get("messages"))
         req.tools = tool_use(body)
@@ -82,7 +84,11 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
         raise bad("n", f"must be an integer in [1, {MAX_CHOICES}]")
     req.n = n or 1
     limit = "max_completion_tokens" if body.get("max_completion_tokens") is not None else "max_tokens"
-    values = {API_FIELDS[k] if k in API_FIELDS else k: v for k, v in body.items() if k in API_FIELDS and v is not None}
+    values = {
+        API_FIELDS[k] if k in API_FIELDS else k: v
+        for k, v in body.items()
+        if k in API_FIELDS and v is not None
+    }
     if body.get(limit) is not None:
         values["max_tokens"] = body[limit]
     for key in body:
@@ -96,7 +102,10 @@ def parse_request(body: Any, chat: bool) -> ApiRequest:
         key = limit if name == "max_tokens" else FIELDS[name].api
         types = value_types(name)
         if not of_types(value, types):
-            raise bad(key, "must be a string or a list of strings" if name == "stop" else f"must be {KINDS[types[-1]]}")
+            raise bad(
+                key,
+                "must be a string or a list of strings" if name == "stop" else f"must be {KINDS[types[-1]]}",
+            )
         if isinstance(value, float) and not math.isfinite(value):
             raise bad(key, "must be a finite number")
         if name == "stop" and not all(isinstance(s, str) and s for s in value):
@@ -122,7 +131,9 @@ def _constraint(body: dict[str, Any]) -> dict[str, Any]:
         schema: Any = {"type": "object"}
     elif shape.get("type") == "json_schema":
         spec = _typed(shape, "json_schema", dict, "an object", "response_format.json_schema") or {}
-        schema = _typed(spec, "schema", dict, "an object (a JSON schema)", "response_format.json_schema.schema")
+        schema = _typed(
+            spec, "schema", dict, "an object (a JSON schema)", "response_format.json_schema.schema"
+        )
         if schema is None:
             raise bad("response_format.json_schema.schema", "is missing")
     else:
@@ -144,9 +155,12 @@ def _typed(body: dict[str, Any], key: str, kind: type, called: str, name: str | 
 
 def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
     """Chat: `logprobs: true` with `top_logprobs` alternatives; completions: `logprobs: N`."""
+
     def count(key: str) -> int | None:
         value = body.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOP
+        ):
             raise bad(key, f"must be an integer in [0, {MAX_TOP}]")
         return value
 
@@ -173,7 +187,11 @@ def _messages(messages: Any) -> list[dict[str, Any]]:
             raise bad(f"{where}.function_call", "is not supported (send tool_calls)")
         calls = role == "assistant" and m.get("tool_calls")
         content = "" if calls and m.get("content") is None else _content(m.get("content"), f"{where}.content")
-        out.append(tool_message(m, where, content) if calls or role == "tool" else {"role": ROLES[role], "content": content})
+        out.append(
+            tool_message(m, where, content)
+            if calls or role == "tool"
+            else {"role": ROLES[role], "content": content}
+        )
     return out
 
 
@@ -183,8 +201,12 @@ def _content(content: Any, where: str) -> str:
     if isinstance(content, list):
         parts = []
         for j, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise bad(f"{where}[{j}]", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported")
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                raise bad(f"{where}[{j}]", 'only text parts ({"type": "text", "text": ...}) are supported')
             parts.append(part["text"])
         return "".join(parts)
     raise bad(where, "must be a string or a list of text parts")
@@ -195,10 +217,22 @@ def _prompt(prompt: Any) -> str | list[int]:
         prompt = prompt[0]
     if isinstance(prompt, str) and prompt:
         return prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+    if (
+        isinstance(prompt, list)
+        and prompt
+        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt)
+    ):
         return list(prompt)
     raise bad("prompt", "must be a non-empty string (or one string in a list, or a list of token ids)")
 
 
 def _shown(value: Any) -> str:
-    return "null" if value is None else "false" if value is False else "true" if value is True else repr(value).replace("'", '"')
+    return (
+        "null"
+        if value is None
+        else "false"
+        if value is False
+        else "true"
+        if value is True
+        else repr(value).replace("'", '"')
+    )

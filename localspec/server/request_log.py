@@ -25,14 +25,19 @@ def note_generation(state: Any, stats: GenerationStats, queue_ms: float) -> None
     state.generation, state.queue_ms = stats, queue_ms
 
 
-def fields(method: str, path: str, status: int, seconds: float, state: MutableMapping[str, Any]) -> dict[str, Any]:
+def fields(
+    method: str, path: str, status: int, seconds: float, state: MutableMapping[str, Any]
+) -> dict[str, Any]:
     out: dict[str, Any] = {"method": method, "path": path, "status": status, "seconds": round(seconds, 3)}
     stats = state.get("generation")
     if isinstance(stats, GenerationStats):
         out |= {
-            "prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated,
+            "prompt_tokens": stats.n_prompt,
+            "completion_tokens": stats.n_generated,
             "tokens_per_second": round(stats.tokens_per_second, 1),
-            "drafted": stats.n_drafted, "accepted": stats.n_accepted, "queue_ms": round(state.get("queue_ms", 0.0)),
+            "drafted": stats.n_drafted,
+            "accepted": stats.n_accepted,
+            "queue_ms": round(state.get("queue_ms", 0.0)),
         }
     return out
 
@@ -43,7 +48,8 @@ def line(f: dict[str, Any], fmt: str) -> str:
     text = f"{f['method']} {f['path']} {f['status']} {f['seconds']:.2f} s"
     if "completion_tokens" in f:
         text += (
-            f" · {f['prompt_tokens']} prompt + {f['completion_tokens']} tokens, {f['tokens_per_second']:.1f} tok/s"
+            f" · {f['prompt_tokens']} prompt + {f['completion_tokens']} tokens, "
+            f"{f['tokens_per_second']:.1f} tok/s"
             f" · drafted {f['drafted']}, accepted {f['accepted']} · queued {f['queue_ms']} ms"
         )
     return text
@@ -72,4 +78,8 @@ class RequestLog:
             await self.app(scope, receive, sending)
         finally:
             f = fields(scope["method"], scope["path"], status[0], time.perf_counter() - start, state)
-            print(f"localspec serve: {line(f, self.fmt)}" if self.fmt == "text" else line(f, self.fmt), file=sys.stderr, flush=True)
+            print(
+                f"localspec serve: {line(f, self.fmt)}" if self.fmt == "text" else line(f, self.fmt),
+                file=sys.stderr,
+                flush=True,
+            )

@@ -18,7 +18,11 @@ FINGERPRINT = f"localspec-{__version__}"
 
 
 def usage(stats: GenerationStats) -> dict[str, int]:
-    return {"prompt_tokens": stats.n_prompt, "completion_tokens": stats.n_generated, "total_tokens": stats.n_prompt + stats.n_generated}
+    return {
+        "prompt_tokens": stats.n_prompt,
+        "completion_tokens": stats.n_generated,
+        "total_tokens": stats.n_prompt + stats.n_generated,
+    }
 
 
 def timings(stats: GenerationStats, queue_ms: float) -> dict[str, float | int]:
@@ -71,9 +75,22 @@ class Reply:
     def _head(self, chunk: bool) -> dict[str, Any]:
         kind = ("chat.completion.chunk" if chunk else "chat.completion") if self.chat else "text_completion"
         prefix = "chatcmpl-" if self.chat else "cmpl-"
-        return {"id": prefix + self.id, "object": kind, "created": self.created, "model": self.model, "system_fingerprint": FINGERPRINT}
+        return {
+            "id": prefix + self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": FINGERPRINT,
+        }
 
-    def whole(self, text: str, stop_reason: str, stats: GenerationStats, queue_ms: float, logprobs: dict | None = None) -> dict[str, Any]:
+    def whole(
+        self,
+        text: str,
+        stop_reason: str,
+        stats: GenerationStats,
+        queue_ms: float,
+        logprobs: dict | None = None,
+    ) -> dict[str, Any]:
         finish = FINISH_REASONS.get(stop_reason, "stop")
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
@@ -86,16 +103,29 @@ class Reply:
             choice = {"index": self.index, "message": message, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        return {**self._head(False), "choices": [choice], "usage": usage(stats), "timings": timings(stats, queue_ms)}
+        return {
+            **self._head(False),
+            "choices": [choice],
+            "usage": usage(stats),
+            "timings": timings(stats, queue_ms),
+        }
 
     def merged(self, wholes: list[dict[str, Any]], stats: GenerationStats, queue_ms: float) -> dict[str, Any]:
         """The n choices' replies as one (their counts together in `stats`)."""
         choices = [w["choices"][0] for w in wholes]
         return {**wholes[0], "choices": choices, "usage": usage(stats), "timings": timings(stats, queue_ms)}
 
-    def chunk(self, text: str | None = None, finish: str | None = None, first: bool = False, logprobs: dict | None = None) -> dict[str, Any]:
+    def chunk(
+        self,
+        text: str | None = None,
+        finish: str | None = None,
+        first: bool = False,
+        logprobs: dict | None = None,
+    ) -> dict[str, Any]:
         if self.chat:
-            delta: dict[str, Any] = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+            delta: dict[str, Any] = (
+                {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
+            )
             choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"index": self.index, "text": text or "", "logprobs": logprobs, "finish_reason": finish}
@@ -117,12 +147,30 @@ class Reply:
             return [self.chunk(rest or None, finish, logprobs=logprobs)]
         chunks = [self.chunk(rest)] if rest else []
         for i, c in enumerate(calls):
-            named = {"index": i, "id": c.id, "type": "function", "function": {"name": c.name, "arguments": ""}}
-            chunks += [self._calls_chunk(named), self._calls_chunk({"index": i, "function": {"arguments": c.arguments}})]
+            named = {
+                "index": i,
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": ""},
+            }
+            chunks += [
+                self._calls_chunk(named),
+                self._calls_chunk({"index": i, "function": {"arguments": c.arguments}}),
+            ]
         return [*chunks, self.chunk(None, "tool_calls", logprobs=logprobs)]
 
     def _calls_chunk(self, call: dict[str, Any]) -> dict[str, Any]:
-        return {**self._head(True), "choices": [{"index": self.index, "delta": {"tool_calls": [call]}, "logprobs": None, "finish_reason": None}]}
+        return {
+            **self._head(True),
+            "choices": [
+                {
+                    "index": self.index,
+                    "delta": {"tool_calls": [call]},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ],
+        }
 
     def usage_chunk(self, stats: GenerationStats) -> dict[str, Any]:
         return {**self._head(True), "choices": [], "usage": usage(stats)}

@@ -38,10 +38,15 @@ def tool_use(body: dict[str, Any]) -> ToolUse | None:
         return None
     if choice == "required":
         return ToolUse(offered, required=True, parallel=parallel)
-    function = choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    function = (
+        choice.get("function") if isinstance(choice, dict) and choice.get("type") == "function" else None
+    )
     named = function.get("name") if isinstance(function, dict) else None
     if not isinstance(named, str):
-        raise bad("tool_choice", 'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}')
+        raise bad(
+            "tool_choice",
+            'must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}',
+        )
     if named not in names:
         raise bad("tool_choice.function.name", f"names no tool of the request ({', '.join(names)})")
     return ToolUse(offered, required=True, named=named, parallel=parallel)
@@ -55,13 +60,20 @@ def tool_plan(use: ToolUse | None, template: str, values: dict[str, Any]) -> tup
     if grammar is None:
         return fmt, values
     if any(k in values for k in ("grammar", "json_schema")):
-        problem = "constrain the reply to tool calls (tool_choice required or a function, or a model whose template has no tool format)"
+        problem = (
+            "constrain the reply to tool calls (tool_choice required or a function, or a model whose "
+            "template has no tool format)"
+        )
         raise bad("tools", f"{problem}: response_format, grammar or json_schema cannot constrain it too")
     return fmt, {**values, "grammar": grammar}
 
 
 def _tool(entry: Any, where: str) -> Tool:
-    if not isinstance(entry, dict) or entry.get("type") != "function" or not isinstance(entry.get("function"), dict):
+    if (
+        not isinstance(entry, dict)
+        or entry.get("type") != "function"
+        or not isinstance(entry.get("function"), dict)
+    ):
         raise bad(where, 'must be {"type": "function", "function": {...}}')
     fn = entry["function"]
     name, description = fn.get("name"), fn.get("description", "")
@@ -85,16 +97,34 @@ def tool_message(m: dict[str, Any], where: str, content: str) -> dict[str, Any]:
         call_id = m.get("tool_call_id")
         if not isinstance(call_id, str):
             raise bad(f"{where}.tool_call_id", "must be the id of the call this message answers")
-        return {"role": "tool", "content": content, "tool_call_id": call_id, **({"name": m["name"]} if isinstance(m.get("name"), str) else {})}
+        return {
+            "role": "tool",
+            "content": content,
+            "tool_call_id": call_id,
+            **({"name": m["name"]} if isinstance(m.get("name"), str) else {}),
+        }
     calls = m["tool_calls"]
     if not isinstance(calls, list):
         raise bad(f"{where}.tool_calls", "must be a list of calls")
     out = []
     for j, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(fn.get("arguments"), str):
-            raise bad(f"{where}.tool_calls[{j}]", 'must be {"id", "type": "function", "function": {"name", "arguments"}}')
+        if (
+            not isinstance(fn, dict)
+            or not isinstance(fn.get("name"), str)
+            or not isinstance(fn.get("arguments"), str)
+        ):
+            raise bad(
+                f"{where}.tool_calls[{j}]",
+                'must be {"id", "type": "function", "function": {"name", "arguments"}}',
+            )
         if not isinstance(call.get("id", ""), str):
             raise bad(f"{where}.tool_calls[{j}].id", "must be a string")
-        out.append({"id": call.get("id"), "type": "function", "function": {"name": fn["name"], "arguments": fn["arguments"]}})
+        out.append(
+            {
+                "id": call.get("id"),
+                "type": "function",
+                "function": {"name": fn["name"], "arguments": fn["arguments"]},
+            }
+        )
     return {"role": "assistant", "content": content, "tool_calls": out}

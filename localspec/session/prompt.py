@@ -21,7 +21,10 @@ def template_notice(model: Model) -> str | None:
     """What to tell the user when the model brings no chat template of its own."""
     if model.chat_template() is not None:
         return None
-    return f"{model.path.name} has no chat template: messages are rendered as ChatML (--raw sends a prompt as is)"
+    return (
+        f"{model.path.name} has no chat template: messages are rendered as ChatML (--raw sends a prompt "
+        "as is)"
+    )
 
 
 def template_of(model: Model) -> str:
@@ -43,7 +46,9 @@ def render_chat(model: Model, messages: Sequence[Message], tools: list[dict[str,
     try:
         return _formatter(template_of(model), eos, bos)(messages=list(messages), tools=tools).prompt
     except Exception as e:  # jinja2 raises template and runtime errors of many types
-        raise LocalspecError(f"the model's chat template failed ({e}); use --raw to send the prompt as is") from None
+        raise LocalspecError(
+            f"the model's chat template failed ({e}); use --raw to send the prompt as is"
+        ) from None
 
 
 # A text longer than this many characters a token of the context is first tokenized in part:
@@ -70,5 +75,7 @@ def tokenize_rendered(model: Model, text: str) -> list[int]:
 def prompt_tokens(model: Model, text: str, raw: bool, system: str | None = None) -> list[int]:
     if raw:
         return model.tokenize(text, add_special=True, parse_special=True)
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": text}
+    ]
     return tokenize_rendered(model, render_chat(model, messages))

@@ -18,7 +18,12 @@ from localspec.backend.grammar import schema_grammar
 
 HERMES, LLAMA3, MISTRAL, GENERIC = "hermes", "llama3", "mistral", "generic"
 # A marker in the template's own text says which format it was trained on.
-MARKERS = ((HERMES, "<tool_call>"), (MISTRAL, "[TOOL_CALLS]"), (LLAMA3, "<|python_tag|>"), (LLAMA3, "ipython"))
+MARKERS = (
+    (HERMES, "<tool_call>"),
+    (MISTRAL, "[TOOL_CALLS]"),
+    (LLAMA3, "<|python_tag|>"),
+    (LLAMA3, "ipython"),
+)
 ARGUMENTS = {LLAMA3: "parameters"}  # the key a call's arguments go under (default "arguments")
 Message = dict[str, Any]
 
@@ -31,7 +36,10 @@ class Tool:
 
     def spec(self) -> dict[str, Any]:
         """As OpenAI's `tools` entries, which chat templates receive."""
-        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
 
 
 @dataclass(frozen=True)
@@ -53,7 +61,9 @@ def tool_format(template: str) -> str:
     return next((fmt for fmt, marker in MARKERS if marker in template), GENERIC)
 
 
-def for_template(messages: list[Message], use: ToolUse | None, fmt: str) -> tuple[list[Message], list[dict[str, Any]] | None]:
+def for_template(
+    messages: list[Message], use: ToolUse | None, fmt: str
+) -> tuple[list[Message], list[dict[str, Any]] | None]:
     """The messages as the template receives them, and its `tools` (None in the generic format,
     which describes them in a system message of its own)."""
     names = {c.get("id"): c["function"]["name"] for m in messages for c in m.get("tool_calls") or ()}
@@ -74,9 +84,17 @@ def tool_grammar(use: ToolUse, fmt: str) -> str | None:
     call = _call_schema(use.callable(), ARGUMENTS.get(fmt, "arguments"))
     if fmt == GENERIC:
         calls = {"type": "array", "items": call, "minItems": 1, **({} if use.parallel else {"maxItems": 1})}
-        schema: dict[str, Any] = {"type": "object", "properties": {"tool_calls": calls}, "required": ["tool_calls"]}
+        schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {"tool_calls": calls},
+            "required": ["tool_calls"],
+        }
         if not use.required:
-            reply = {"type": "object", "properties": {"response": {"type": "string"}}, "required": ["response"]}
+            reply = {
+                "type": "object",
+                "properties": {"response": {"type": "string"}},
+                "required": ["response"],
+            }
             schema = {"anyOf": [schema, reply]}
         return schema_grammar(json.dumps(schema))
     if not use.required:
@@ -94,7 +112,11 @@ def tool_grammar(use: ToolUse, fmt: str) -> str | None:
 
 def _call_schema(tools: tuple[Tool, ...], key: str) -> dict[str, Any]:
     one = [
-        {"type": "object", "properties": {"name": {"const": t.name}, key: t.parameters}, "required": ["name", key]}
+        {
+            "type": "object",
+            "properties": {"name": {"const": t.name}, key: t.parameters},
+            "required": ["name", key],
+        }
         for t in tools
     ]
     return one[0] if len(one) == 1 else {"anyOf": one}
@@ -108,7 +130,10 @@ def _generic_prompt(use: ToolUse) -> str:
     elif use.required:
         how = f"Call one of the tools, answering with one JSON object: {call}"
     else:
-        how = f'Answer with one JSON object: {call} to call tools, or {{"response": "..."}} to reply to the user.'
+        how = (
+            f'Answer with one JSON object: {call} to call tools, or {{"response": "..."}} to reply to '
+            "the user."
+        )
     return f"You can use these tools (one per line, their arguments as JSON schemas):\n{listed}\n\n{how}"
 
 
@@ -122,7 +147,10 @@ def _arguments(text: str) -> Any:
 
 def _native(m: Message) -> Message:
     if m.get("tool_calls"):
-        calls = [{**c, "function": {**c["function"], "arguments": _arguments(c["function"]["arguments"])}} for c in m["tool_calls"]]
+        calls = [
+            {**c, "function": {**c["function"], "arguments": _arguments(c["function"]["arguments"])}}
+            for c in m["tool_calls"]
+        ]
         return {**m, "content": m.get("content") or "", "tool_calls": calls}
     return m
 
@@ -131,9 +159,17 @@ def _generic(m: Message, names: dict[Any, str]) -> Message:
     """Earlier calls as the JSON the model wrote, their results as a user turn (many templates
     refuse roles they do not know)."""
     if m.get("tool_calls"):
-        calls = [{"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])} for c in m["tool_calls"]]
+        calls = [
+            {"name": c["function"]["name"], "arguments": _arguments(c["function"]["arguments"])}
+            for c in m["tool_calls"]
+        ]
         return {"role": "assistant", "content": json.dumps({"tool_calls": calls}, ensure_ascii=False)}
     if m["role"] == "tool":
-        result = {"tool_response": {"name": m.get("name") or names.get(m.get("tool_call_id"), ""), "content": m["content"]}}
+        result = {
+            "tool_response": {
+                "name": m.get("name") or names.get(m.get("tool_call_id"), ""),
+                "content": m["content"],
+            }
+        }
         return {"role": "user", "content": json.dumps(result, ensure_ascii=False)}
     return m

@@ -136,26 +136,28 @@ class ToolStream:
         ready = self._ready()
         if not ready.startswith(self.sent):
             return ""
-        new, self.sent = ready[len(self.sent):], ready
+        new, self.sent = ready[len(self.sent) :], ready
         return new
 
     def finish(self) -> tuple[str, tuple[ToolCall, ...]]:
         """The content not yet sent, and the reply's calls."""
         parsed = parse_reply(self.text, self.fmt, self.names)
-        rest = parsed.content[len(self.sent):] if parsed.content.startswith(self.sent) else ""
+        rest = parsed.content[len(self.sent) :] if parsed.content.startswith(self.sent) else ""
         return rest, parsed.calls
 
     def _ready(self) -> str:
         text = self.text
         if self.fmt == GENERIC:
             head = RESPONSE.match(text)
-            return _string_so_far(text[head.end():]) if head else ""
+            return _string_so_far(text[head.end() :]) if head else ""
         if self.fmt == HERMES:
             cut = text.find("<tool_call>")
             return text[:cut] if cut >= 0 else text[: len(text) - _held("<tool_call>", text)]
         # Llama 3.x and Mistral calls are the whole reply: hold its start until it cannot be one.
         opening = text.lstrip()
-        if not opening or any(m.startswith(opening) or opening.startswith(m) for m in ("{", "[", MISTRAL_MARK, PYTHON_TAG)):
+        if not opening or any(
+            m.startswith(opening) or opening.startswith(m) for m in ("{", "[", MISTRAL_MARK, PYTHON_TAG)
+        ):
             return self.sent
         return text
 

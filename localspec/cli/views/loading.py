@@ -11,7 +11,7 @@ from rich.console import Console
 from localspec.cli.views.plain import plain
 
 if TYPE_CHECKING:
-    from localspec.session.loader import ModelFiles
+    from localspec.session.model_files import ModelFiles
 
 
 def _size(n: int) -> str:

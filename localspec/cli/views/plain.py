@@ -21,7 +21,11 @@ def plain(value: object, style: str = "") -> Text:
 def say(console: Console, *parts: object | tuple[object, str]) -> None:
     """One line of parts, each a value or a (value, style) pair; soft-wrapped: the terminal wraps
     what it shows, and piped output keeps its lines whole."""
-    console.print(Text.assemble(*(part if isinstance(part, tuple) else str(part) for part in parts)), highlight=False, soft_wrap=True)
+    console.print(
+        Text.assemble(*(part if isinstance(part, tuple) else str(part) for part in parts)),
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> Table:

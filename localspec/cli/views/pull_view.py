@@ -18,8 +18,12 @@ from localspec.cli.views.plain import description_column
 class PullProgress:
     def __init__(self, total_bytes: int, console: Console | None = None) -> None:
         self._progress = Progress(
-            description_column(), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-            TimeRemainingColumn(), console=console or Console(stderr=True),
+            description_column(),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=console or Console(stderr=True),
         )
         self._total = self._progress.add_task("total", total=total_bytes)
         self._tasks: dict[str, TaskID] = {}
@@ -51,7 +55,9 @@ class PullProgress:
 
     def file_finished(self, name: str, size: int) -> None:
         if name not in self._tasks:  # already complete on disk: no transfer happened
-            self._tasks[name] = self._progress.add_task(f"{name} (cached)", total=size or 1, completed=size or 1)
+            self._tasks[name] = self._progress.add_task(
+                f"{name} (cached)", total=size or 1, completed=size or 1
+            )
             self._done[name] = 0
         if self._counts_toward_total(name) and size > self._done[name]:
             self._progress.advance(self._total, size - self._done[name])

@@ -21,7 +21,7 @@ from localspec.engine.events import (
 
 if TYPE_CHECKING:
     from localspec.config.settings import Settings
-    from localspec.session.loader import ModelFiles
+    from localspec.session.model_files import ModelFiles
 
 
 def summary_line(stats: GenerationStats, stop_reason: str) -> str:
@@ -35,7 +35,9 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
             f"{stats.mean_tokens_per_step:.2f} tokens/pass"
         )
         if stats.speedup_estimate and stats.tokens_per_second:
-            parts.append(f"~{stats.speedup_estimate:.2f}x the target alone (est. {stats.target_alone_tps:.1f} tok/s)")
+            parts.append(
+                f"~{stats.speedup_estimate:.2f}x the target alone (est. {stats.target_alone_tps:.1f} tok/s)"
+            )
     if stats.end_to_end_estimate and stats.drafter != "none":
         parts.append(f"first token {stats.first_token_s:.2f}s, end to end ~{stats.end_to_end_estimate:.2f}x")
     reused = stats.n_prompt - stats.n_prompt_evaluated
@@ -44,7 +46,9 @@ def summary_line(stats: GenerationStats, stop_reason: str) -> str:
     if stats.load_s:
         parts.append(f"load {stats.load_s:.2f}s")
     if stats.threads_fewest < stats.threads_default:
-        parts.append(f"threads {stats.threads_fewest}-{stats.threads_default} (fewer while the machine was busy)")
+        parts.append(
+            f"threads {stats.threads_fewest}-{stats.threads_default} (fewer while the machine was busy)"
+        )
     parts.append(f"stop: {stop_reason}")
     if stats.draft_mode == "auto" and stats.drafter != "none":
         # What auto did, and why it drafted less than it might have: the last drafter it stopped.
@@ -102,7 +106,9 @@ def render_plain(events: Iterable[Event], out: TextIO | None = None, err: TextIO
 def collect(events: Iterable[Event], err: TextIO | None = None) -> DoneEvent:
     """The DoneEvent, with notices on stderr and nothing else shown."""
     stream = err or sys.stderr
-    return drain(events, lambda ev: stream.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None)
+    return drain(
+        events, lambda ev: stream.write(f"note: {ev.message}\n") if isinstance(ev, NoticeEvent) else None
+    )
 
 
 def provenance(files: ModelFiles, settings: Settings) -> dict:

@@ -77,7 +77,9 @@ class LiveStats:
         current = len(self._recent) / RATE_WINDOW_S if elapsed > RATE_WINDOW_S else overall
         parts = [f"{overall:.1f} tok/s (now {current:.1f})"]
         if self.n_drafted:
-            parts.append(f"accept {self.n_accepted / self.n_drafted:.0%} ({self.n_accepted}/{self.n_drafted})")
+            parts.append(
+                f"accept {self.n_accepted / self.n_drafted:.0%} ({self.n_accepted}/{self.n_drafted})"
+            )
         else:
             parts.append("accept -")
         per_pass = self.n_generated / self.n_steps if self.n_steps else 0.0
@@ -182,7 +184,11 @@ class LiveRenderer:
 
     def render(self, events: Iterable[Event]) -> DoneEvent:
         console = self.console
-        term = StatusTerminal(console.file, lambda: console.size, colour=not console.no_color and console.color_system is not None)
+        term = StatusTerminal(
+            console.file,
+            lambda: console.size,
+            colour=not console.no_color and console.color_system is not None,
+        )
         notices: list[str] = []
         stop = threading.Event()
 

@@ -1,0 +1,86 @@
+"""Whether a drafter that must first read much (a draft model that has not read a long prompt yet)
+should: only once what drafting can save over the rest of the answer (the tokens still expected, at
+the best rate its estimates promise) is READ_MARGIN times what the reading costs. Until then it
+waits, and the target (or a drafter with nothing to read) goes on alone."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from localspec.drafters.base import CatchUp
+from localspec.engine.costs import LiveCosts
+from localspec.engine.estimates import expected_tokens
+
+# Before a draft model has drafted, what reading a long prompt can earn is priced at this acceptance
+# per position: what a draft of its target's family reaches on a long context through its window
+# (the good testbed draft 0.71 on a 2.5k-token prompt, 0.87 reading all of it); the trial's estimates
+# take over once it drafts.
+READ_PRIOR_ALPHA = 0.7
+# What reading costs is measured; what it saves rests on estimates (the CPU's wide passes at a
+# context length not drafted at yet, acceptance not seen yet): it must promise this much more.
+READ_MARGIN = 1.5
+# Wide passes are what drafting costs, and a CPU's grow with the context (on the testbed a 5-token
+# pass cost 4.1x a one-token one after 4k tokens, against 2x at the start): where none has been timed
+# at this context length yet, the decision waits this many steps for one (prompt lookup times them
+# while the draft waits), then rests on the shape measured nearest.
+READ_UNDECIDED_STEPS = 12
+
+
+@dataclass
+class Reading:
+    """The reading decisions of one generation at a time (`start` begins the next)."""
+
+    waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
+    undecided: set[str] = field(default_factory=set)  # drafters whose reading waits for a wide pass timed
+
+    def start(self) -> None:
+        """A generation starts: a drafter that waited to read in the last one is judged anew."""
+        self.waiting.clear()
+        self.undecided.clear()
+
+    def holds(self, drafter: str) -> bool:
+        """Whether `drafter` waits to read, decided or not."""
+        return drafter in self.waiting or drafter in self.undecided
+
+    def pays(
+        self,
+        costs: LiveCosts,
+        drafter: str,
+        alphas: Sequence[float] | None,
+        cap: int,
+        catch_up: CatchUp,
+        remaining: float,
+        steps: int,
+        notes: list[str],
+    ) -> bool:
+        """Whether what `drafter` can save over the `remaining` tokens expected is READ_MARGIN times
+        what reading `catch_up` costs first (a reading no dearer than a target pass is left to the
+        gate). Saved per token: a one-token pass's cost less the best cost per token its drafts
+        promise at acceptances `alphas` (None: it has not drafted; READ_PRIOR_ALPHA), once a wide
+        pass has been timed at this context length (or READ_UNDECIDED_STEPS `steps` went by
+        without one). A drafter that waits says why in `notes`, once a generation."""
+        reading = costs.read(catch_up)
+        if reading <= costs.verify(1):
+            return True
+        if not costs.wide_timed and steps <= READ_UNDECIDED_STEPS:
+            self.undecided.add(drafter)
+            return False
+        self.undecided.discard(drafter)
+        alphas = alphas or [READ_PRIOR_ALPHA] * cap
+        per_token = min(
+            (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
+            for k in range(1, cap + 1)
+        )
+        saved = remaining * (costs.verify(1) - per_token)
+        if saved > READ_MARGIN * reading:
+            self.waiting.discard(drafter)
+            return True
+        if drafter not in self.waiting:
+            self.waiting.add(drafter)
+            notes.append(
+                f"{drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would not pay "
+                f"{READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s "
+                f"over the ~{remaining:.0f} tokens expected"
+            )
+        return False
