@@ -67,7 +67,8 @@ class Reading:
             self.undecided.add(drafter)
             return False
         self.undecided.discard(drafter)
-        alphas = alphas or [READ_PRIOR_ALPHA] * cap
+        if alphas is None:
+            alphas = [READ_PRIOR_ALPHA] * cap
         per_token = min(
             (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
             for k in range(1, cap + 1)
