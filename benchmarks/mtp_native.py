@@ -103,9 +103,8 @@ def main() -> None:
     lengths = [int(x) for x in a.lengths.split(",")]
     modes = ["alone", "auto", *(f"fixed-{k}" for k in lengths)]
     opts = ModelOptions(n_ctx=4096, n_threads=a.threads, n_threads_batch=a.threads, mtp=True)
-    tps: dict[str, dict[str, list[float]]] = defaultdict(
-        lambda: defaultdict(list)
-    )  # category -> mode -> per prompt
+    # Category -> mode -> per prompt
+    tps: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     same = differ = 0
     with Model(a.model, opts) as target, tempfile.TemporaryDirectory() as tmp:
         assert target.head is not None

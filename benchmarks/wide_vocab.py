@@ -58,9 +58,8 @@ def _least_likely_row(source: Path, texts: list[tuple[str, str]], extra: int) ->
     llm = Llama(
         str(source), embedding=True, pooling_type=llama_cpp.LLAMA_POOLING_TYPE_NONE, n_ctx=1024, verbose=False
     )
-    llm.tokenize = partial(
-        Llama.tokenize, llm, add_bos=False, special=True
-    )  # the texts hold the chat template's tokens
+    # The texts hold the chat template's tokens
+    llm.tokenize = partial(Llama.tokenize, llm, add_bos=False, special=True)
     try:
         states = np.concatenate(
             [

@@ -20,9 +20,8 @@ RESOLVE_RE = re.compile(r"^/([^/]+/[^/]+)/resolve/([^/]+)/(.+)$")
 class FakeHub:
     repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
     gated: set[str] = field(default_factory=set)
-    corrupt: set[tuple[str, str]] = field(
-        default_factory=set
-    )  # served bytes differ from the advertised sha256
+    # Served bytes differ from the advertised sha256
+    corrupt: set[tuple[str, str]] = field(default_factory=set)
     cuts: dict[tuple[str, str], int] = field(default_factory=dict)  # GETs that drop the connection midway
     slow: dict[tuple[str, str], float] = field(default_factory=dict)  # seconds per MiB served
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, path, Range)

@@ -77,9 +77,8 @@ def test_a_schema_past_the_limits_or_malformed_is_one_line(tiny: TinyModels, tmp
     res = localspec(
         "run", "-m", str(tiny.target), "--json-schema", str(tmp_path / "s.json"), "-p", "x", "-n", "3"
     )
-    assert said in assert_one_line_error(
-        res, "--json-schema "
-    )  # llama.cpp's grammar dump is not printed either
+    # Llama.cpp's grammar dump is not printed either
+    assert said in assert_one_line_error(res, "--json-schema ")
 
 
 def test_a_schema_nested_thousands_deep_is_one_line(tiny: TinyModels, tmp_path: Path):
@@ -101,9 +100,8 @@ def test_the_limits_take_what_people_send_and_may_be_raised(monkeypatch):
         },
     }
     assert schema_limit_problem(tools) is None  # a property named like a keyword is a property
-    assert (
-        gbnf_limit_problem('root ::= ("a" | [x\\]|(]) # ( ( ( |\nb ::= "\\"((" ') is None
-    )  # structure in literals and comments
+    # Structure in literals and comments
+    assert gbnf_limit_problem('root ::= ("a" | [x\\]|(]) # ( ( ( |\nb ::= "\\"((" ') is None
     many = "root ::= " + " | ".join(f'"w{i}"' for i in range(20_000))
     assert gbnf_limit_problem(many) is not None
     monkeypatch.setenv("LOCALSPEC_GRAMMAR_LIMITS", "alternatives=30000")

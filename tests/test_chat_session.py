@@ -140,9 +140,8 @@ def test_set_alone_lists_what_it_may_change_with_current_values(loaded):
 def test_set_draft_mode_auto_after_fixed_decides_from_the_next_reply(loaded):
     session = ChatSession(loaded, Settings(temp=0.0, max_tokens=40, draft_mode="fixed", draft_max=4))
     fixed = drain(session.reply("the cat", print)).stats
-    assert (
-        fixed.draft_mode == "fixed" and fixed.n_steps_drafted >= fixed.n_steps - 1
-    )  # the last may have no room
+    # The last may have no room
+    assert fixed.draft_mode == "fixed" and fixed.n_steps_drafted >= fixed.n_steps - 1
     session.set_option("draft-mode", "auto")
     auto = drain(session.reply("a dog", print)).stats
     # The costs timed in the fixed reply carry over: auto's choices show in the next reply's stats.

@@ -193,9 +193,8 @@ def test_a_seed_given_repeats_at_temp_above_zero_under_auto(tiny: TinyModels):
     assert runs[0]["tokens"] == runs[1]["tokens"]
     assert runs[0]["settings"]["verify"] == "coupled" and runs[0]["settings"]["draft_mode"] == "auto"
     assert json.loads(localspec(*args, "--verify", "standard").stdout)["settings"]["verify"] == "standard"
-    unseeded = json.loads(
-        localspec(*args[:-3], "--json").stdout
-    )  # no seed: a random one, standard verification
+    # No seed: a random one, standard verification
+    unseeded = json.loads(localspec(*args[:-3], "--json").stdout)
     assert unseeded["settings"]["verify"] == "standard"
 
 
@@ -737,9 +736,8 @@ def test_a_chat_template_from_a_file_renders_the_prompt_and_a_bad_one_is_one_lin
     templated = localspec(*base, "--chat-template", str(plain))
     assert templated.returncode == 0 and "no chat template" not in templated.stderr, templated.stderr
     raw = json.loads(localspec(*base, "--raw").stdout)["stats"]
-    assert (
-        json.loads(templated.stdout)["stats"]["n_prompt"] == raw["n_prompt"]
-    )  # the prompt as it is, nothing around it
+    # The prompt as it is, nothing around it
+    assert json.loads(templated.stdout)["stats"]["n_prompt"] == raw["n_prompt"]
     (tmp_path / "broken.jinja").write_text("{% for m in messages %}")
     assert_one_line_error(
         localspec(*base, "--chat-template", str(tmp_path / "broken.jinja")),

@@ -210,9 +210,8 @@ def test_prompt_lookup_needs_two_winning_probes_in_a_row_for_a_new_trial():
         record(ctl, 2, 3 if won else 1, 1.3)
 
     probe(True)  # a match that happened to go on
-    assert (
-        ctl.gate("ngram").benched and ctl.gate("ngram").idle_steps == ctl.gate("ngram").probe_interval
-    )  # probes again at once
+    # Probes again at once
+    assert ctl.gate("ngram").benched and ctl.gate("ngram").idle_steps == ctl.gate("ngram").probe_interval
     probe(False)
     assert ctl.gate("ngram").benched and ctl.gate("ngram").wins == 0
     for _ in range(LOOKUP_PROBE_WINS):
@@ -300,9 +299,8 @@ def test_a_lookup_match_length_that_does_not_pay_sits_out_and_rechecks_now_and_t
         limits.append(k)
         record(ctl, k, 1, 1.0)
     rechecks = [i for i, k in enumerate(limits) if k]
-    assert (
-        rechecks == [RECHECK_AFTER - 1, 3 * RECHECK_AFTER - 1] and limits[rechecks[0]] == PROBE_LENGTH
-    )  # less and less often
+    # Less and less often
+    assert rechecks == [RECHECK_AFTER - 1, 3 * RECHECK_AFTER - 1] and limits[rechecks[0]] == PROBE_LENGTH
     assert plan(ctl, 8).limit(ngram(4)) > 0 and not ctl.gate("ngram").benched  # lookup goes on
 
 

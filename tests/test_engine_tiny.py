@@ -137,9 +137,8 @@ def test_draft_min_drafts_that_many_before_p_min_or_auto_may_stop(tiny, target, 
         events = list(engine.generate(target.tokenize(PROMPTS[0]), config))
     # A step drafts three tokens or none (auto may decide drafting does not pay; -n leaves no room).
     steps = [e for e in events if isinstance(e, StepEvent)]
-    assert steps[0].drafted == (
-        0 if mode == "auto" else 3
-    )  # a fresh auto engine times the target alone first
+    # A fresh auto engine times the target alone first
+    assert steps[0].drafted == (0 if mode == "auto" else 3)
     assert any(s.drafted == 3 for s in steps)
     generated = 0
     for step in steps:
@@ -347,9 +346,8 @@ def test_coupled_text_depends_on_the_seed_alone(tiny):
                 assert done.tokens == alone, (name, draft_max)
                 drafted[name] = drafted.get(name, 0) + done.stats.n_drafted
                 if name == "poor":
-                    assert (
-                        done.stats.n_accepted < done.stats.n_drafted
-                    )  # rejections happened, and changed nothing
+                    # Rejections happened, and changed nothing
+                    assert done.stats.n_accepted < done.stats.n_drafted
         assert all(drafted[name] > 0 for name in ("close", "poor", "tree", "auto"))
         other_seed = drain(SpeculativeEngine(target, None).generate(prompt, replace(base, seed=12))).tokens
         second_reply = list(SpeculativeEngine(target, None).generate(prompt, base, generation=1))[-1].tokens

@@ -83,9 +83,8 @@ def test_before_a_wide_pass_is_timed_at_this_length_the_reading_waits_for_one():
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0 and ctl.notes[-1].startswith(
         "draft-model waited"
     )
-    cheap = AutoController(
-        live_costs({1: 1.0})
-    )  # a GPU's: no wide pass ever timed, then the nearest shape decides
+    # A GPU's: no wide pass ever timed, then the nearest shape decides
+    cheap = AutoController(live_costs({1: 1.0}))
     cheap.costs.observe_prompt(2000, 2000 * PROMPT_TOKEN_S, 2000 * PROMPT_TOKEN_S)
     assert [drafts(cheap, CatchUp(1000, CHEAP), remaining=512) for _ in range(READ_UNDECIDED_STEPS + 1)][
         -1

@@ -509,9 +509,8 @@ def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(
     )
     assert_drafts_were_both_accepted_and_rejected(steps, N_DRAWS)
     joint = exact_shaped_pairs(models["target"], prompt, params, gbnf)
-    assert joint != exact_shaped_pairs(
-        models["target"], prompt, replace(params, penalties=Penalties()), None
-    )  # the shaping matters here
+    # The shaping matters here
+    assert joint != exact_shaped_pairs(models["target"], prompt, replace(params, penalties=Penalties()), None)
     for dist in (joint, first_of(joint)):
         big, rest = _cells(dist, N_DRAWS)
         assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, SHAPED_ALPHA) >= MIN_POWER
@@ -550,9 +549,8 @@ MTP_ALPHA = FAMILY_ALPHA / (2 * (len(MTP_CASES) + len(MTP_CHAINED_CASES)))
 
 def _mtp_target(folder: Path, spec: MtpSpec):
     """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
-    options = replace(
-        model_options(), mtp=True, n_seq_max=BRANCHES
-    )  # a tree's branches: sequences of target and head
+    # A tree's branches: sequences of target and head
+    options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)
     target = Model(write_mtp_model(folder / "mtp.gguf", spec, tiny_vocabulary), options)
     start = target.tokenize(PROMPT)
     greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")

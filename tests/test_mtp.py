@@ -136,9 +136,8 @@ def test_greedy_output_with_the_heads_tree_is_the_target_alones(files: Files, na
             expected = generate(alone, prompt, "fixed").tokens
             done = generate(engine, prompt, mode)
             assert_greedy_equivalent(target, prompt, expected, done.tokens)
-        assert tree.branched > (
-            0 if mode == "auto" else 3
-        )  # auto keeps trees near a chain where wide passes are dear
+        # Auto keeps trees near a chain where wide passes are dear
+        assert tree.branched > (0 if mode == "auto" else 3)
 
 
 def forced(target: Model, context: list[int], cut: int, depth: int) -> list[np.ndarray]:

@@ -363,9 +363,8 @@ def test_pull_again_repairs_a_file_damaged_after_a_verified_pull(hub, tiny):
     res = cli(hub, "pull", "pair", "--check")
     assert res.returncode == 0, res.stderr
     assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
-    Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(
-        good[: len(good) // 2]
-    )  # truncated
+    # Truncated
+    Path(models_json(hub)["pair"]["target_files"][0]).resolve().write_bytes(good[: len(good) // 2])
     assert cli(hub, "pull", "pair").returncode == 0
     assert Path(models_json(hub)["pair"]["target_files"][0]).resolve().read_bytes() == good
 

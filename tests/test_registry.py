@@ -56,9 +56,8 @@ def test_user_and_env_files_override_in_order(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.setenv("LOCALSPEC_REGISTRY", str(env))
     reg = load_registry()
-    assert (
-        reg.aliases["qwen3-8b"].target.repo == "me/a" and reg.aliases["qwen3-8b"].draft is None
-    )  # replaced whole
+    # Replaced whole
+    assert reg.aliases["qwen3-8b"].target.repo == "me/a" and reg.aliases["qwen3-8b"].draft is None
     assert reg.aliases["mine"].description == "from env" and reg.aliases["mine"].settings == {"draft_max": 3}
 
 

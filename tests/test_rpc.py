@@ -97,9 +97,8 @@ def test_greedy_output_over_two_rpc_servers_equals_the_local_output(servers, smo
     local = run_json(smollm2_q4, "-d", "none", "--no-lookup")
     remote = run_json(smollm2_q4, "-d", "none", "--no-lookup", "--rpc", endpoints)
     assert remote["tokens"] == local["tokens"]
-    drafted = run_json(
-        smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3"
-    )  # prompt lookup drafts, locally
+    # Prompt lookup drafts, locally
+    drafted = run_json(smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3")
     assert drafted["tokens"] == local["tokens"]
 
 
@@ -281,9 +280,8 @@ def test_a_message_that_makes_llama_cpp_assert_costs_its_sender_the_connection_n
     assert len(ended) == 2 and all(
         "client 127.0.0.1:" in line and "GGML_ASSERT(tensor->data >= buffer_start" in line for line in ended
     ), log
-    assert "Traceback" not in log and "#0 " not in log and "gdb" not in log, (
-        log
-    )  # one line each, no backtrace
+    # One line each, no backtrace
+    assert "Traceback" not in log and "#0 " not in log and "gdb" not in log, log
 
 
 REGISTERED = """

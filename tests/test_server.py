@@ -849,9 +849,8 @@ def test_streaming_sends_the_first_chunk_early_and_a_disconnect_cancels(served: 
     sock.close()
     t0 = time.perf_counter()
     assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
-    assert (
-        time.perf_counter() - t0 < 5
-    )  # not after the ~1000 tokens (seconds) the one that left would fill its context with
+    # Not after the ~1000 tokens (seconds) the one that left would fill its context with
+    assert time.perf_counter() - t0 < 5
     assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == before + 1
 
 
@@ -875,9 +874,8 @@ def test_a_queued_request_whose_client_left_is_dropped(served: Served):
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(call, served, "POST", "/v1/completions", endless(max_tokens=300))
         time.sleep(0.5)  # generating
-        sock = send_raw(
-            served, {"prompt": "Once upon a time", "max_tokens": 50, "temperature": 0}
-        )  # queued behind it...
+        # Queued behind it...
+        sock = send_raw(served, {"prompt": "Once upon a time", "max_tokens": 50, "temperature": 0})
         time.sleep(0.5)
         sock.close()  # ...and given up on
         code, out, _ = running.result(timeout=120)
@@ -908,9 +906,8 @@ def logged(served: Served, fragment: str, timeout: float = 10, since: int = 0) -
 def test_any_model_name_is_served_and_every_request_is_logged_once(served: Served, smollm2_f16: Path):
     since = len(served.log)
     code, out, _ = call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=6, model="gpt-4o"))
-    assert (
-        code == 200 and out["model"] == smollm2_f16.name
-    )  # clients send whatever name they were set up with
+    # Clients send whatever name they were set up with
+    assert code == 200 and out["model"] == smollm2_f16.name
     line = logged(served, "POST /v1/chat/completions 200", since=since)[-1]
     assert re.search(
         r"200 \d+\.\d\d s · \d+ prompt \+ 6 tokens, [\d.]+ tok/s · drafted \d+, accepted \d+ · queued \d+ "
@@ -1105,9 +1102,8 @@ def test_hostile_bodies_get_a_4xx_each_the_log_one_line_and_the_server_goes_on(s
         "/v1/completions",
         raw=json.dumps({"prompt": "\udfff", "max_tokens": 2, "\ud801": 1}).encode(),
     )
-    assert code == 200 and logged(
-        served, "2 text(s) of a request", since=since
-    )  # a key too (unknown keys are ignored)
+    # A key too (unknown keys are ignored)
+    assert code == 200 and logged(served, "2 text(s) of a request", since=since)
     # Over the context's 1024 tokens: refused from a prefix, never tokenized whole.
     for path, body in (
         ("/v1/completions", {"prompt": "the sea " * 200_000}),

@@ -231,9 +231,8 @@ def test_summary_says_how_speculation_compared_with_the_target_alone_and_what_au
         ),
         "length",
     )
-    assert (
-        "target alone" not in unanchored and "auto:" not in unanchored
-    )  # no one-token pass timed: no estimate
+    # No one-token pass timed: no estimate
+    assert "target alone" not in unanchored and "auto:" not in unanchored
 
 
 def test_the_summary_is_broken_at_spaces_and_after_separators_to_fit_a_terminal():
@@ -251,9 +250,8 @@ def test_the_summary_is_broken_at_spaces_and_after_separators_to_fit_a_terminal(
         "96 tokens in 1.34s (71.6 tok/s) ·",
         "drafter draft-model · accepted 84/84",
     ]
-    assert (
-        fit("a " + "x" * 50 + " b", 20) == "a\n" + "x" * 50 + "\nb"
-    )  # a word wider than the terminal: a row of its own
+    # A word wider than the terminal: a row of its own
+    assert fit("a " + "x" * 50 + " b", 20) == "a\n" + "x" * 50 + "\nb"
 
 
 @pytest.mark.parametrize("width", [40, 120])

@@ -20,13 +20,14 @@ def fill(batch: Any, tokens: Sequence[int], base: int, every: bool, last: bool =
     """Put `tokens` at positions base.. of SEQ into `batch`, with logits for every token or (`last`)
     for the last one; returns their number."""
     n = len(tokens)
+    # A pointer object each
     token, pos, n_seq_id, seq_id, logits = (
         batch.token,
         batch.pos,
         batch.n_seq_id,
         batch.seq_id,
         batch.logits,
-    )  # a pointer object each
+    )
     for i, tok in enumerate(tokens):
         token[i] = tok
         pos[i] = base + i

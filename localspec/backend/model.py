@@ -61,9 +61,8 @@ class Model(TokenText, TreeSequences):
         cparams.n_seq_max = options.n_seq_max
         # Sequences that share cells (a draft tree's common prefix) need one unified KV cache.
         cparams.kv_unified = options.n_seq_max > 1
-        cparams.n_outputs_max_per_seq = (
-            options.n_batch
-        )  # a verification pass's rows, for DeviceArgmax (1 by default)
+        # A verification pass's rows, for DeviceArgmax (1 by default)
+        cparams.n_outputs_max_per_seq = options.n_batch
         cparams.n_threads = options.n_threads
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
@@ -93,9 +92,8 @@ class Model(TokenText, TreeSequences):
         self.hidden: HiddenRows | None = None
         self.head: MtpHead | None = None
         self.cached: list[int] = []
-        self.kept = KeptSequences(
-            self, 0 if self.recurrent else options.slots
-        )  # none: a recurrent state cannot be cut back to a shared prefix
+        # None: a recurrent state cannot be cut back to a shared prefix
+        self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)
         self._batch = llama_cpp.llama_batch_init(options.n_batch, 0, options.n_seq_max)
         self._pieces, self._ends = {}, {}  # TokenText's: each token's bytes and whether it ends generation
         self.threads = options.n_threads

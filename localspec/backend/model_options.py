@@ -18,9 +18,8 @@ class ModelOptions:
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
     slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
     chat_template: str | None = None  # the user's, over the GGUF's
-    mtp: bool = (
-        False  # load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
-    )
+    # Load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
+    mtp: bool = False
     # Greedy passes may take their argmax on the GPU (backend/top_tokens.py) when all layers are there.
     device_argmax: bool = True
     verbose: bool = False

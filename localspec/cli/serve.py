@@ -172,9 +172,8 @@ def serve(
             "model"
         )
     files = loaded.files
-    model_id = alias or (
-        model if model and not names_file(model) else files.model.name
-    )  # an alias, or the file's name
+    # An alias, or the file's name
+    model_id = alias or (model if model and not names_file(model) else files.model.name)
     config = ServeConfig(
         settings=settings,
         model_id=model_id,

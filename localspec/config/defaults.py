@@ -27,9 +27,8 @@ DEFAULT_DRAFT_P_MIN = 0.0
 DEFAULT_DRAFT_POLICY = "sample"
 DEFAULT_DRAFT_P_SPLIT = 0.1  # llama.cpp's default
 MAX_DRAFT_BRANCHES = 16
-DEFAULT_DRAFT_WINDOW = (
-    1024  # a draft model reads a long context's start and its last 1024-1535 tokens (view.py)
-)
+# A draft model reads a long context's start and its last 1024-1535 tokens (view.py)
+DEFAULT_DRAFT_WINDOW = 1024
 DRAFT_SINK_TOKENS = 4  # the start: StreamingLLM's attention sinks
 MAX_CTX = 1 << 24  # 16M tokens: past any model's training context (llama.cpp's n_ctx is 32 bits)
 MAX_DRAFT = 256  # a verification batch must fit one llama.cpp batch (n_batch 512)

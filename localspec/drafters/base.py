@@ -25,9 +25,8 @@ class DraftSettings:
     p_split: float = defaults.DEFAULT_DRAFT_P_SPLIT  # trees: a runner-up this likely opens a branch
     lookup_min: int = defaults.DEFAULT_LOOKUP_MIN  # prompt lookup: n-gram lengths matched
     lookup_max: int = defaults.DEFAULT_LOOKUP_MAX
-    window: int = (
-        defaults.DEFAULT_DRAFT_WINDOW
-    )  # a draft model's view of a long context (view.py); 0: all of it
+    # A draft model's view of a long context (view.py); 0: all of it
+    window: int = defaults.DEFAULT_DRAFT_WINDOW
 
 
 @dataclass(frozen=True)

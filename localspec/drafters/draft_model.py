@@ -37,9 +37,8 @@ class DraftModelDrafter:
         self.view = DraftView(model, target_vocab)
         self.settings = DraftSettings()
         self.coupling: Coupling | None = None
-        self.spelling = (
-            spelling or model
-        )  # whose tokenizer spells forced text and ends text (a head has none)
+        # Whose tokenizer spells forced text and ends text (a head has none)
+        self.spelling = spelling or model
         self.forced_text: ForcedText | None = None  # made at the first draft under a grammar
 
     def begin(self, context: Sequence[int], settings: DraftSettings, coupling: Coupling | None = None) -> int:
@@ -57,9 +56,8 @@ class DraftModelDrafter:
         coupled = self.coupling if not params.greedy else None
         # Deterministic proposals (argmax, coupled choices) are verified as one-hot drafts.
         one_hot = params.greedy or self.settings.policy == "greedy" or coupled is not None
-        read = (
-            budget.calibrates or self.settings.p_min > 0 or not params.greedy
-        )  # whether confidences are read
+        # Whether confidences are read
+        read = budget.calibrates or self.settings.p_min > 0 or not params.greedy
         draft = Draft(probs=None if one_hot else [], key=self.key, confidences=[] if read else None)
         if not self.view.knows(context[-1]):
             return draft

@@ -40,9 +40,8 @@ from localspec.drafters.base import CatchUp
 STEADY_TOKENS = 2
 EAGER_TOKENS = 256  # read at the start of a generation whatever it costs: reading this much is cheap
 WARM_TOKENS = 4  # read untimed first: a process's first pass also pages in the weights
-TIMED_TOKENS = (
-    32  # then timed, for the price of reading the rest (a 32-token pass reads at a long one's rate)
-)
+# Then timed, for the price of reading the rest (a 32-token pass reads at a long one's rate)
+TIMED_TOKENS = 32
 
 
 def shown(context: Sequence[int], window: int) -> Sequence[int]:
@@ -88,9 +87,8 @@ class DraftView:
         have = start = common_prefix(self.model.cached, self.tokens)
         if not lazy or len(self.tokens) - have <= EAGER_TOKENS:
             self.model.sync(self.tokens, top_only=None)
-            return (
-                max(len(self.tokens) - have, 1) if self.tokens else 0
-            )  # a cached last token is evaluated again
+            # A cached last token is evaluated again
+            return max(len(self.tokens) - have, 1) if self.tokens else 0
         if not self.model.passes:
             self.model.prefill(self.tokens[: have + WARM_TOKENS])
             have += WARM_TOKENS

@@ -32,12 +32,10 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     draft_max: int = DEFAULT_DRAFT_MAX
-    draft_min: int = (
-        DEFAULT_DRAFT_MIN  # whenever drafting, the first draft_min tokens are drafted unconditionally
-    )
-    draft_mode: str = (
-        DEFAULT_DRAFT_MODE  # fixed: up to draft_max every step; auto: the controller decides; off: none
-    )
+    # Whenever drafting, the first draft_min tokens are drafted unconditionally
+    draft_min: int = DEFAULT_DRAFT_MIN
+    # Fixed: up to draft_max every step; auto: the controller decides; off: none
+    draft_mode: str = DEFAULT_DRAFT_MODE
     verify: str = DEFAULT_VERIFY  # standard: speculative sampling; coupled: Gumbel-max with keyed noise
     drafting: DraftSettings = field(default_factory=DraftSettings)
     # The target's log-probability of each emitted token, with this many alternatives (None: none).

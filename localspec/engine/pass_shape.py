@@ -34,9 +34,8 @@ class Passes:
     shape: dict[int, float] = field(default_factory=lambda: {1: 1.0})  # batch -> cost relative to one token
     seen: dict[int, int] = field(default_factory=dict)  # batch -> passes of that width observed
     prior: dict[int, float] = field(default_factory=dict)  # another span's shape, until one is measured here
-    _fit: tuple[float, dict[int, float], list[int]] | None = field(
-        default=None, init=False, repr=False
-    )  # _smoothed(), until the next pass
+    # _smoothed(), until the next pass
+    _fit: tuple[float, dict[int, float], list[int]] | None = field(default=None, init=False, repr=False)
 
     def observe(self, batch: int, seconds: float) -> None:
         self._learn(batch, seconds)

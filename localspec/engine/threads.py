@@ -26,9 +26,8 @@ SLOWER = 1.5  # TRIAL passes in a row this much slower than the count's best str
 TRIAL = 6  # passes a thread count is judged on
 MARGIN = 0.95  # more threads are kept only if this much faster: on a busy machine they are close
 ABORT = 1.2  # a try of more threads ends at the first pass this much slower than fewer ran
-START = (
-    1  # the pass after which other processes' load (measured since the models began loading) is looked at:
-)
+# The pass after which other processes' load (measured since the models began loading) is looked at:
+START = 1
 # at once, since on a busy core every pass at the full count may stall (300 ms against 50 here)
 BUSY_ELSEWHERE = 0.5  # cores other processes keep busy that make fewer threads worth a try
 PROBE_EVERY = 24  # passes at a reduced count before one thread more is tried
@@ -41,9 +40,8 @@ class ThreadGovernor:
     apply: Callable[[int], None]  # sets the models' thread counts
     others: Callable[[], float | None] = lambda: None  # cores other processes use (None: unknown)
     current: int = 0
-    recent: dict[int, list[float]] = field(
-        default_factory=dict
-    )  # count -> its last passes' normalised seconds
+    # Count -> its last passes' normalised seconds
+    recent: dict[int, list[float]] = field(default_factory=dict)
     best: dict[int, float] = field(default_factory=dict)  # count -> the fastest median of TRIAL passes it ran
     trying: int | None = None  # the count on trial, and the one to go back to
     back_to: int = 0
