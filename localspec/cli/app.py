@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import os
 import re
 import sys
-from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
 
 import rich.console
 import typer
@@ -16,6 +14,7 @@ import typer.core
 from typer._click import (
     exceptions as click_errors,  # typer's own copy of click: what it raises
 )
+from typer._click.utils import PacifyFlushWrapper
 
 from localspec import __version__
 from localspec.cli.bench import bench
@@ -57,8 +56,8 @@ typer.core.TyperArgument.display_type_rich = _words_show_as_text(typer.core.Type
 
 def _reader_left(_console: rich.console.Console) -> None:
     """Rich exits with code 1 when the reader of a table closes the pipe (`localspec models | head
-    -1`); raised on, the commands' own wrapper (or main(), for help) ends quietly with 0, as `head`
-    expects."""
+    -1`); raised on, main() ends quietly with 0, as `head` expects of what it reads (`localspec run
+    ... | head -1` too)."""
     raise BrokenPipeError
 
 
@@ -90,26 +89,6 @@ def root(
     """Lossless speculative decoding for local GGUF models (llama.cpp)."""
 
 
-def _reader_gone() -> None:
-    """Python's last flush of stdout must not fail again once its reader left."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-def _quiet_when_the_reader_leaves(command: Callable) -> Callable:
-    """`localspec run ... | head -1`: a reader that stops reading ends the command quietly, with
-    exit code 0, as `head` expects of what it reads (click would exit with 1 on EPIPE)."""
-
-    @functools.wraps(command)
-    def quiet(**kwargs: Any) -> Any:
-        try:
-            return command(**kwargs)
-        except BrokenPipeError:
-            _reader_gone()
-            raise typer.Exit(0) from None
-
-    return quiet
-
-
 def _paragraphs(doc: str | None) -> str | None:
     """A docstring's paragraphs, each on one line: Rich keeps a docstring's line breaks, and a help
     line then breaks mid-sentence where the source did, not where the terminal ends."""
@@ -129,11 +108,9 @@ for command, name in (
     (config, None),
     (rpc_server, "rpc-server"),
 ):
-    app.command(name=name, help=_paragraphs(command.__doc__))(_quiet_when_the_reader_leaves(command))
+    app.command(name=name, help=_paragraphs(command.__doc__))(command)
 for habit in ("list", "ls"):  # ollama's names for `models`
-    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(
-        _quiet_when_the_reader_leaves(models)
-    )
+    app.command(name=habit, hidden=True, help=_paragraphs(models.__doc__))(models)
 app.add_typer(cache, name="cache")
 app.add_typer(index, name="index")
 
@@ -189,7 +166,12 @@ def main() -> None:
         typer.echo("error: interrupted", err=True)
         code = 130
     except BrokenPipeError:
-        # Help to a reader that left (`localspec index --help | head -2`): Rich's, raised on.
-        _reader_gone()
+        # Rich's, raised on (_reader_left): a table or help to a reader that left.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the last flush must not fail
+        code = 0
+    except SystemExit:
+        # Click ends a plain write to a reader that left (EPIPE) with 1, its streams pacified first.
+        if not isinstance(sys.stdout, PacifyFlushWrapper):
+            raise
         code = 0
     sys.exit(code if isinstance(code, int) else 0)
