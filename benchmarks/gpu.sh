@@ -14,16 +14,16 @@ BUDGET=${BUDGET:-320}  # seconds this script may take; each step gets what is le
 left() { local l=$((BUDGET - SECONDS)); [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 MODES=alone-greedy,draft8-greedy,draft-auto-greedy
 overhead() {  # WIDTH SECONDS [--engine-only]
-  timeout "$(left "$2")" python3 benchmarks/overhead.py "$TB" --native "$NATIVE" --prompts "$PROMPTS" --count 2 --repeat 1 -n 96 ${3:-} \
+  timeout "$(left "$2")" python3 -m benchmarks.costs.overhead "$TB" --native "$NATIVE" --prompts "$PROMPTS" --count 2 --repeat 1 -n 96 ${3:-} \
     --widths "$1" --gpu-layers 99 --argmax device,host --modes "$MODES" --json "$OUT/overhead_$1.json" > "$OUT/overhead_$1.log" 2>&1
   echo "overhead $1: exit $?"; sed -n '/^| width/,$p' "$OUT/overhead_$1.log"; tail -3 "$OUT/overhead_$1.log" | grep -i error
 }
 timeout "$(left 40)" python3 -X faulthandler -m localspec run -m "$TB/target-heavy-f16.gguf" -d "$TB/draft-q4_1.gguf" -p "Why is the sky blue?" \
   -n 48 --temp 0 --json > "$OUT/smoke.json" 2> "$OUT/smoke.err"
 echo "smoke: exit $?"; python3 -c "import json,sys; s=json.load(open(sys.argv[1]))['stats']; print({k: s[k] for k in ('n_generated','n_drafted','n_accepted','tokens_per_second')})" "$OUT/smoke.json"; tail -3 "$OUT/smoke.err"
-timeout "$(left 90)" python3 -X faulthandler benchmarks/wide_vocab.py "$TB" --widths 262144 --files target-f16.gguf,draft-q4_1.gguf > "$OUT/wide_vocab.log" 2>&1
+timeout "$(left 90)" python3 -X faulthandler -m benchmarks.testbeds.wide_vocab "$TB" --widths 262144 --files target-f16.gguf,draft-q4_1.gguf > "$OUT/wide_vocab.log" 2>&1
 echo "wide_vocab: exit $?"; grep " ids," "$OUT/wide_vocab.log"
 [ -f "$TB/v262k/draft-q4_1.gguf" ] && overhead 262k 80 --engine-only
-timeout "$(left 70)" python3 benchmarks/structured.py "$TB/target-heavy-f16.gguf" "$TB/draft-q4_1.gguf" -n 64 > "$OUT/structured.log" 2>&1
+timeout "$(left 70)" python3 -m benchmarks.drafters.structured "$TB/target-heavy-f16.gguf" --draft "$TB/draft-q4_1.gguf" -n 64 > "$OUT/structured.log" 2>&1
 echo "structured: exit $?"; sed -n '/^| condition/,$p' "$OUT/structured.log"
 [ $((BUDGET - SECONDS)) -gt 40 ] && overhead 49k 80

@@ -29,10 +29,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import model_options
-from mtp_model import CountingTree, MtpSpec, write_mtp_model
+from counting_tree import CountingTree
 from scipy import stats
 from tiny_models import TinySpec, tiny_vocabulary, vocabulary, write_tiny_llama
 
+from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.bench.profiles import RecordedProfile
@@ -522,11 +523,10 @@ def test_sampled_output_under_a_grammar_or_penalties_is_the_shaped_targets(
 
 
 # --- the target's own MTP heads -------------------------------------------------------------------
-# A target whose NextN head drafts (tests/mtp_model.py), unsure and perturbed enough that its drafts
-# are often rejected, and reading the target's hidden states: alone at a fixed length, after prompt
-# lookup, as a tree, and under auto for each simulated cost profile. Each case crosses --draft-min/--draft-p-
-# min
-# and top-k/top-p/min-p with another.
+# A target whose NextN head drafts (benchmarks/testbeds/mtp_model.py), unsure and perturbed enough
+# that its drafts are often rejected, and reading the target's hidden states: alone at a fixed
+# length, after prompt lookup, as a tree, and under auto for each simulated cost profile. Each case
+# crosses --draft-min/--draft-p-min and top-k/top-p/min-p with another.
 
 MTP_SPEC = MtpSpec(seed=23, n_layer=2, logit_scale=0.6, head_noise=0.25, h_weight=0.3)
 MTP_CASES = (

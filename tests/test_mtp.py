@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from cli_helpers import assert_one_line_error, localspec
 from conftest import assert_greedy_equivalent, model_options
-from mtp_model import CountingTree, MtpSpec, write_mtp_model
+from counting_tree import CountingTree
 from server_helpers import start
 from tiny_models import tiny_vocabulary
 
+from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
 from localspec.backend.gguf_file import GGUFInfo, TensorInfo, check_gguf
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.model import Model

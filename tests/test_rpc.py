@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import CLI, assert_one_line_error, localspec
-from tcp_proxy import Proxy
 
+from benchmarks.harness.tcp_proxy import Proxy
 from localspec.backend import rpc
 from localspec.backend.devices import rpc_available
 from localspec.backend.endpoints import parse_endpoints

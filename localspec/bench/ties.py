@@ -4,9 +4,10 @@ best tokens are that close. Any other difference is a bug. Coupled runs choose b
 which moves by the same error divided by the temperature.
 
 The error grows with the context the position attends to: at 4.4k tokens the target alone gave
-another token with one thread than with two where its two best were 0.10 apart (benchmarks/RESULTS.md,
-session 21), and verification parted from it at 7k tokens by 0.07-0.08. Rounding over n summed terms
-grows as sqrt(n), so the tolerance does, from 0.05 up to 1k tokens (0.10 at 4k, 0.13 at 7k)."""
+another token with one thread than with two where its two best were 0.10 apart (the results' session
+21: `git show 4c332a2:benchmarks/RESULTS.md`), and verification parted from it at 7k tokens by
+0.07-0.08. Rounding over n summed terms grows as sqrt(n), so the tolerance does, from 0.05 up to 1k
+tokens (0.10 at 4k, 0.13 at 7k)."""
 
 from __future__ import annotations
 

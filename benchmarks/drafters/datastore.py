@@ -1,11 +1,11 @@
-#!/usr/bin/env python3
 """Drafting from the user's files (REST): a datastore of a folder against the target alone and
 against today's default (n-gram prompt lookup) and suffix lookup without it, on prompts that ask for
 the folder's code and on prompts unrelated to it; and a lookup's latency in a datastore of a million
 tokens.
 
-Usage: python benchmarks/datastore.py TARGET.gguf [--folder localspec] [--prompts FILE.jsonl]
-           [--count 8] [--unrelated 6] [--repeat 2] [-n 128] [--json OUT.json]
+    python -m benchmarks.drafters.datastore TARGET.gguf [--folder localspec] [--prompts FILE.jsonl]
+        [--count 8] [--unrelated 6] [--repeat 2] [-n 128] [--json OUT.json]
+
 Every mode runs on the one loaded target, greedy, under auto, each generation with a fresh engine
 (as a `run` process starts), modes interleaved per prompt and repeat with their order rotated.
 The datastore mode drafts as `--datastore` does, without the suffix cache of earlier outputs
@@ -16,35 +16,31 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import numpy as np
 
-import numpy as np  # noqa: E402
+from benchmarks.harness import models, options
+from benchmarks.harness.summary import median, save
+from localspec.backend.model import Model
+from localspec.backend.tokenizer import Tokenizer
+from localspec.bench.runs import load_prompts
+from localspec.config.settings import Settings
+from localspec.datastore import build, store
+from localspec.datastore.meta import Meta, SourceFile
+from localspec.datastore.store import Datastore
+from localspec.drafters.ngram import NgramDrafter
+from localspec.drafters.suffix import SuffixDrafter
+from localspec.drafters.suffix_tree import DEPTH
+from localspec.engine.events import drain
+from localspec.engine.speculative import SpeculativeEngine
+from localspec.session.generation import generation_config
+from localspec.session.prompt import prompt_tokens
 
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
-from localspec.backend.hardware import physical_cores  # noqa: E402
-from localspec.backend.model import Model, ModelOptions  # noqa: E402
-from localspec.backend.tokenizer import Tokenizer  # noqa: E402
-from localspec.bench.runs import load_prompts  # noqa: E402
-from localspec.config.settings import Settings  # noqa: E402
-from localspec.datastore import build, store  # noqa: E402
-from localspec.datastore.meta import Meta, SourceFile  # noqa: E402
-from localspec.datastore.store import Datastore  # noqa: E402
-from localspec.drafters.ngram import NgramDrafter  # noqa: E402
-from localspec.drafters.suffix import SuffixDrafter  # noqa: E402
-from localspec.drafters.suffix_tree import DEPTH  # noqa: E402
-from localspec.engine.events import drain  # noqa: E402
-from localspec.engine.speculative import SpeculativeEngine  # noqa: E402
-from localspec.session.generation import generation_config  # noqa: E402
-from localspec.session.prompt import prompt_tokens  # noqa: E402
-
+ROOT = Path(__file__).resolve().parents[2]
 MODES = ("alone", "default", "suffix", "datastore")
 
 
@@ -119,26 +115,22 @@ def lookup_latency(tokens: np.ndarray, size: int, rng: np.random.Generator) -> d
             times[kind].append(1e3 * (time.perf_counter() - t))
     out = {"tokens": meta.n_tokens, "bytes": store.disk_size("million"), "build_s": build_s, "open_s": open_s}
     for kind, ms in times.items():
-        out[f"{kind}_median_ms"] = statistics.median(ms)
+        out[f"{kind}_median_ms"] = median(ms)
         out[f"{kind}_p99_ms"] = float(np.percentile(ms, 99))
     return out
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("target", type=Path)
-    ap.add_argument("--folder", type=Path, default=Path(__file__).resolve().parent.parent / "localspec")
-    ap.add_argument(
-        "--prompts",
-        type=Path,
-        default=Path(__file__).resolve().parent.parent.parent / "shared" / "bench" / "specbench-dev.jsonl",
-    )
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    ap.add_argument("--folder", type=Path, default=ROOT / "localspec")
+    ap.add_argument("--prompts", type=Path, default=ROOT.parent / "shared" / "bench" / "specbench-dev.jsonl")
     ap.add_argument("--count", type=int, default=8)
     ap.add_argument("--unrelated", type=int, default=6)
-    ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
+    options.add_repeat(ap, 2)
+    options.add_generation(ap, temp=False)
+    options.add_json(ap)
+    a = options.parse(ap)
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="localspec-bench-data-")
     rng = np.random.default_rng(0)
 
@@ -162,57 +154,54 @@ def main() -> None:
         flush=True,
     )
 
-    threads = physical_cores()
-    target = Model(a.target, ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads))
-    config = generation_config(Settings().merged({"temp": 0.0, "max_tokens": a.n}))
+    target = models.load(a.target)
     prompts = [("related", pid, text) for pid, text in related_prompts(a.folder, a.count)]
     prompts += [("unrelated", p.id, p.text) for p in load_prompts(a.prompts, [], 1)[: a.unrelated]]
-    drafters = {
+    rows = [
+        generation(a, target, code, prompt, r, mode)
+        for r in range(a.repeat)
+        for i, prompt in enumerate(prompts)
+        for mode in MODES[(i + r) % len(MODES) :] + MODES[: (i + r) % len(MODES)]
+    ]
+    target.close()
+    summarise(rows)
+    save(a.json, {"latency": latency, "datastore_tokens": meta.n_tokens, "rows": rows})
+
+
+def generation(
+    a: argparse.Namespace, target: Model, code: Datastore, prompt: tuple, r: int, mode: str
+) -> dict:
+    """One generation of `prompt` (group, id, text) in `mode`, on a fresh engine: its row."""
+    group, pid, text = prompt
+    drafter = {
         "alone": lambda: None,
         "default": NgramDrafter,
         "suffix": lambda: SuffixDrafter(None, 1),
         "datastore": lambda: SuffixDrafter(None, 1, [code]),
+    }[mode]()
+    config = generation_config(Settings().merged({"temp": 0.0, "max_tokens": a.n}))
+    target.truncate(0)
+    engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
+    done = drain(engine.generate(prompt_tokens(target, text, raw=False), config))
+    s = done.stats
+    from_store = s.origins.get("datastore")
+    print(
+        f"{group} {pid} #{r + 1} {mode}: {s.tokens_per_second:.2f} tok/s, "
+        f"{s.n_accepted}/{s.n_generated} drafted"
+        + (f", {from_store.accepted} from the datastore" if from_store else ""),
+        flush=True,
+    )
+    return {
+        "group": group,
+        "prompt": pid,
+        "repeat": r,
+        "mode": mode,
+        "tokens_per_second": s.tokens_per_second,
+        "generated": s.n_generated,
+        "accepted": s.n_accepted,
+        "from_datastore": from_store.accepted if from_store else 0,
+        "tokens": done.tokens,
     }
-    rows = []
-    for r in range(a.repeat):
-        for i, (group, pid, text) in enumerate(prompts):
-            tokens = prompt_tokens(target, text, raw=False)
-            order = MODES[(i + r) % len(MODES) :] + MODES[: (i + r) % len(MODES)]
-            for mode in order:
-                drafter = drafters[mode]()
-                target.truncate(0)
-                done = drain(
-                    SpeculativeEngine(target, drafter, drafter.name if drafter else "none").generate(
-                        tokens, config
-                    )
-                )
-                s = done.stats
-                from_store = s.origins.get("datastore")
-                rows.append(
-                    {
-                        "group": group,
-                        "prompt": pid,
-                        "repeat": r,
-                        "mode": mode,
-                        "tokens_per_second": s.tokens_per_second,
-                        "generated": s.n_generated,
-                        "accepted": s.n_accepted,
-                        "from_datastore": from_store.accepted if from_store else 0,
-                        "tokens": done.tokens,
-                    }
-                )
-                print(
-                    f"{group} {pid} #{r + 1} {mode}: {s.tokens_per_second:.2f} tok/s, "
-                    f"{s.n_accepted}/{s.n_generated} drafted"
-                    + (f", {from_store.accepted} from the datastore" if from_store else ""),
-                    flush=True,
-                )
-    target.close()
-    summarise(rows)
-    if a.json:
-        a.json.write_text(
-            json.dumps({"latency": latency, "datastore_tokens": meta.n_tokens, "rows": rows}, indent=1)
-        )
 
 
 def summarise(rows: list[dict]) -> None:
@@ -227,15 +216,15 @@ def summarise(rows: list[dict]) -> None:
         keys = sorted({key(r) for r in rows if r["group"] == group})
         for mode in MODES:
             mine = [by[(k, mode)] for k in keys]
-            over_alone = statistics.median(
+            over_alone = median(
                 by[(k, mode)]["tokens_per_second"] / by[(k, "alone")]["tokens_per_second"] for k in keys
             )
-            over_default = statistics.median(
+            over_default = median(
                 by[(k, mode)]["tokens_per_second"] / by[(k, "default")]["tokens_per_second"] for k in keys
             )
             share = sum(r["from_datastore"] for r in mine) / max(1, sum(r["generated"] for r in mine))
             same = sum(by[(k, mode)]["tokens"] == by[(k, "alone")]["tokens"] for k in keys)
-            tps = statistics.median(r["tokens_per_second"] for r in mine)
+            tps = median(r["tokens_per_second"] for r in mine)
             print(
                 f"| {group} | {mode} | {tps:.2f} | {over_alone:.2f}x | {over_default:.2f}x | {share:.1%} | "
                 f"{same}/{len(keys)} |"

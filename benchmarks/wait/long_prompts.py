@@ -1,12 +1,12 @@
-#!/usr/bin/env python3
 """Long prompts as the person waits (#49): documents made of Spec-Bench's summarization and rag
 texts joined to about 2k, 4k and 7k tokens, then "Summarize the documents above in five
 sentences."; every generation a separate `localspec run` process with an empty cache directory,
 modes interleaved per prompt, timed from the process's start to its exit (loading included).
 
-Usage: python benchmarks/long_prompts.py TARGET.gguf --draft DRAFT.gguf --prompts specbench-dev.jsonl
-           [--sizes 2000,4000,7000] [--per-size 2] [-n 128,512] [--temps 0,0.8] [--repeat 1]
-           [--modes baseline,default,fixed-8,lookup] [--ctx 8192] [--busy] [--json OUT.json]
+    python -m benchmarks.wait.long_prompts TARGET.gguf --draft DRAFT.gguf --prompts specbench-dev.jsonl
+        [--sizes 2000,4000,7000] [--per-size 2] [-n 128,512] [--temps 0,0.8] [--repeat 1]
+        [--modes baseline,default,fixed-8,lookup] [--ctx 8192] [--busy] [--json OUT.json]
+
 Modes: baseline (the target alone), default (run's default with the draft: auto, the draft model with
 prompt lookup behind it), draft-only (auto, --no-lookup), fixed-K (the draft model at K tokens a step,
 reading all its window at once, as llama.cpp's does), lookup (prompt lookup alone).
@@ -18,16 +18,15 @@ outputs were the same, and the runs' own end-to-end estimate (`end_to_end_estima
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import multiprocessing
-import os
-import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
+
+from benchmarks.harness import options
+from benchmarks.harness.processes import busy_core, run_cli
+from benchmarks.harness.summary import median, save, with_baseline
 
 CHARS_PER_TOKEN = 4.6  # SmolLM2's tokenizer on these English news texts
 ASK = "\n\nSummarize the documents above in five sentences."
@@ -73,100 +72,50 @@ def mode_args(mode: str, draft: Path) -> list[str]:
     raise SystemExit(f"unknown mode {mode}")
 
 
-def run_once(target: Path, args: list[str], prompt_file: Path, n: int, temp: float, ctx: int) -> dict:
-    with tempfile.TemporaryDirectory() as fresh:
-        env = {**os.environ, "XDG_CACHE_HOME": fresh}
-        cmd = [
-            sys.executable,
-            "-m",
-            "localspec",
-            "run",
-            "-m",
-            str(target),
-            *args,
-            "-f",
-            str(prompt_file),
-            "--ctx",
-            str(ctx),
-            "-n",
-            str(n),
-            "--temp",
-            str(temp),
-            "--json",
-        ]
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-        wall = time.perf_counter() - t0
-    if res.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:10])} ... failed: {res.stderr[-500:]}")
-    out = json.loads(res.stdout)
-    return {"wall_s": wall, "tokens": out["tokens"], **out["stats"]}
-
-
-def spin() -> None:
-    while True:
-        pass
+def run_cell(a: argparse.Namespace, prompt_file: Path, cell: dict) -> dict:
+    """One `run` process for a cell (size, prompt, n, temp, repeat, mode): its row."""
+    args = ["-m", a.target, *mode_args(cell["mode"], a.draft), "-f", prompt_file, "--ctx", a.ctx]
+    got = run_cli([*args, "-n", cell["n"], "--temp", cell["temp"]])
+    s = got.stats
+    print(
+        f"{cell['size']} p{cell['prompt']} n={cell['n']} t={cell['temp']} {cell['mode']}: "
+        f"{s['n_prompt']} prompt tokens, {got.wall_s:.1f}s, first token {s['first_token_s']:.1f}s, "
+        f"{s['tokens_per_second']:.2f} tok/s, drafted {s['n_drafted']} accepted {s['n_accepted']} "
+        f"{s['notes'][-1:] or ''}",
+        flush=True,
+    )
+    return {**cell, "wall_s": got.wall_s, "tokens": got.tokens, **s}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("target", type=Path)
-    ap.add_argument("--draft", type=Path, required=True)
-    ap.add_argument("--prompts", type=Path, required=True)
-    ap.add_argument("--sizes", default="2000,4000,7000")
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_draft(ap, required=True)
+    ap.add_argument(
+        "--prompts", type=Path, required=True, help="Spec-Bench rows: their summarization and rag texts"
+    )
+    ap.add_argument("--sizes", type=options.csv(int), default="2000,4000,7000")
     ap.add_argument("--per-size", type=int, default=2, help="prompts per size (different documents)")
-    ap.add_argument("-n", default="128,512")
-    ap.add_argument("--temps", default="0,0.8")
-    ap.add_argument("--modes", default="baseline,default")
-    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("-n", type=options.csv(int), default="128,512")
+    ap.add_argument("--temps", type=options.csv(float), default="0,0.8")
+    ap.add_argument("--modes", type=options.csv(str), default="baseline,default")
+    options.add_repeat(ap)
     ap.add_argument("--ctx", type=int, default=8192)
-    ap.add_argument("--busy", action="store_true", help="keep one core busy with another process throughout")
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
+    options.add_busy(ap)
+    options.add_json(ap)
+    a = options.parse(ap)
     texts = documents(a.prompts)
-    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if modes[0] != "baseline":
-        modes.insert(0, "baseline")
-    busy = multiprocessing.Process(target=spin, daemon=True) if a.busy else None
-    if busy:
-        busy.start()
+    modes = with_baseline(a.modes)
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for size in (int(s) for s in a.sizes.split(",")):
-            for p in range(a.per_size):
-                prompt_file = Path(tmp) / f"p{size}-{p}.txt"
-                prompt_file.write_text(long_prompt(texts, size, 7 * p + size // 1000), encoding="utf-8")
-                for n in (int(x) for x in a.n.split(",")):
-                    for temp in (float(t) for t in a.temps.split(",")):
-                        for r in range(a.repeat):
-                            for mode in modes:
-                                got = run_once(
-                                    a.target, mode_args(mode, a.draft), prompt_file, n, temp, a.ctx
-                                )
-                                row = {
-                                    "size": size,
-                                    "prompt": p,
-                                    "n": n,
-                                    "temp": temp,
-                                    "repeat": r,
-                                    "mode": mode,
-                                    **got,
-                                }
-                                rows.append(row)
-                                print(
-                                    f"{size} p{p} n={n} t={temp} {mode}: {got['n_prompt']} prompt tokens, "
-                                    f"{got['wall_s']:.1f}s, "
-                                    f"first token {got['first_token_s']:.1f}s, "
-                                    f"{got['tokens_per_second']:.2f} tok/s, "
-                                    f"drafted {got['n_drafted']} accepted {got['n_accepted']} "
-                                    f"{got['notes'][-1:] or ''}",
-                                    flush=True,
-                                )
-    if busy:
-        busy.terminate()
+    with tempfile.TemporaryDirectory() as tmp, busy_core(a.busy):
+        for size, p in itertools.product(a.sizes, range(a.per_size)):
+            prompt_file = Path(tmp) / f"p{size}-{p}.txt"
+            prompt_file.write_text(long_prompt(texts, size, 7 * p + size // 1000), encoding="utf-8")
+            for n, temp, r, mode in itertools.product(a.n, a.temps, range(a.repeat), modes):
+                cell = {"size": size, "prompt": p, "n": n, "temp": temp, "repeat": r, "mode": mode}
+                rows.append(run_cell(a, prompt_file, cell))
     report(rows)
-    if a.json:
-        a.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "tokens"} for r in rows], indent=1))
+    save(a.json, [{k: v for k, v in r.items() if k != "tokens"} for r in rows])
 
 
 def report(rows: list[dict]) -> None:
@@ -195,7 +144,7 @@ def report(rows: list[dict]) -> None:
         " estimate"
     )
     for (size, n, temp, mode), v in sorted(cells.items()):
-        med = [statistics.median(x[i] for x in v) for i in (0, 1, 2, 5)]
+        med = [median(x[i] for x in v) for i in (0, 1, 2, 5)]
         print(
             f"{size:<6} {n:<5} {temp:<5} {mode:<13} {med[0]:>9.2f}x {med[1]:>11.2f}x {med[2]:>10.2f}x "
             f"{sum(x[3] for x in v):>7}/{len(v):<5} {'yes' if all(x[4] for x in v) else 'NO':>10} "

@@ -1,10 +1,9 @@
-#!/usr/bin/env python3
 """The MTP testbed: a target of an MTP architecture (llama.cpp's glm4moe) whose NextN head predicts
-what the target will (tests/mtp_model.py), at SmolLM2-135M's width and with its tokenizer, so that
+what the target will (mtp_model.py), at SmolLM2-135M's width and with its tokenizer, so that
 ordinary prompts work, and a main pass costing ~6x a head pass, as the heavy testbed's target costs
 ~6x its draft.
 
-    python benchmarks/make_mtp_testbed.py DIR [--layers 48] [--noise 0.025] [--heads 1] [--check 3]
+    python -m benchmarks.testbeds.make_mtp_testbed DIR [--layers 48] [--noise 0.025] [--heads 1] [--check 3]
 
 writes DIR/mtp-heavy.gguf (F16); with --heads N > 1, DIR/mtp-heavy-Nheads.gguf, of llama.cpp's mimo2
 (whose N heads are chained, each drafting its own depth), every head a copy of the block. The
@@ -16,18 +15,18 @@ pass."""
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import sys
 from pathlib import Path
 
 import gguf
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-
-from mtp_model import MtpSpec, write_mtp_model  # noqa: E402
+from benchmarks.harness import models, options
+from benchmarks.harness.summary import median
+from benchmarks.testbeds.mtp_model import MtpSpec, Vocabulary, write_mtp_model
+from localspec.config.defaults import embedded_model
+from localspec.drafters.mtp import MtpDrafter
+from localspec.engine.events import drain
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling.dist import SamplingParams
 
 TOKENIZER_KEYS = ("tokenizer.", "general.architecture")
 CHECK_PROMPTS = (
@@ -38,8 +37,8 @@ CHECK_PROMPTS = (
 )
 
 
-def smollm2_vocabulary(source: Path):
-    """A Vocabulary (tests/mtp_model.py) copying `source`'s tokenizer keys."""
+def smollm2_vocabulary(source: Path) -> Vocabulary:
+    """A Vocabulary (mtp_model.py) copying `source`'s tokenizer keys."""
     reader = gguf.GGUFReader(str(source))
 
     def write(w: gguf.GGUFWriter) -> int:
@@ -61,15 +60,7 @@ def smollm2_vocabulary(source: Path):
 
 
 def check(path: Path, prompts: int) -> None:
-    from localspec.backend.hardware import physical_cores
-    from localspec.backend.model import Model, ModelOptions
-    from localspec.drafters.mtp import MtpDrafter
-    from localspec.engine.events import drain
-    from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-    from localspec.sampling.dist import SamplingParams
-
-    cores = physical_cores()
-    with Model(path, ModelOptions(n_ctx=1024, n_threads=cores, n_threads_batch=cores, mtp=True)) as target:
+    with models.load(path, n_ctx=1024, mtp=True) as target:
         assert target.head is not None
         engine = SpeculativeEngine(target, MtpDrafter(target.head), "mtp")
         config = GenerationConfig(
@@ -94,9 +85,9 @@ def check(path: Path, prompts: int) -> None:
             for _ in range(12)
         ]
         print(
-            f"a main pass {statistics.median(main) * 1e3:.1f} ms, a head pass "
-            f"{statistics.median(head) * 1e3:.1f} ms "
-            f"(ratio {statistics.median(main) / statistics.median(head):.1f}); during the check: "
+            f"a main pass {median(main) * 1e3:.1f} ms, a head pass "
+            f"{median(head) * 1e3:.1f} ms "
+            f"(ratio {median(main) / median(head):.1f}); during the check: "
             f"{busy / max(passes, 1) * 1e3:.1f} ms per target pass, "
             f"{head_busy / max(head_passes, 1) * 1e3:.1f} ms per head pass"
         )
@@ -109,8 +100,8 @@ def _timed(fn, model) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dir", type=Path)
+    ap = options.parser(__doc__)
+    ap.add_argument("dir", type=Path, help="the testbed folder (make_testbed.py's)")
     ap.add_argument("--layers", type=int, default=48, help="main blocks (the first real, the rest no-ops)")
     ap.add_argument(
         "--noise", type=float, default=0.025, help="relative noise on the head's copy of the block"
@@ -126,11 +117,9 @@ def main() -> None:
         type=Path,
         help="GGUF whose tokenizer to copy (default: DIR/draft-q4_1.gguf, or the demo model)",
     )
-    args = ap.parse_args()
+    args = options.parse(ap)
     source = args.tokenizer or args.dir / "draft-q4_1.gguf"
     if not source.exists():
-        from localspec.config.defaults import embedded_model
-
         source = embedded_model()
     args.dir.mkdir(parents=True, exist_ok=True)
     chained = args.heads > 1

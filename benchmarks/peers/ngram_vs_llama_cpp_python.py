@@ -1,25 +1,23 @@
-#!/usr/bin/env python3
 """Prompt-lookup drafting: target alone vs localspec's n-gram drafter vs llama-cpp-python's
 `Llama(draft_model=LlamaPromptLookupDecoding(), logits_all=True)`, greedy, same threads.
 
-Usage: python benchmarks/ngram_vs_llama_cpp_python.py TARGET.gguf --prompts FILE.jsonl
-           [--category C ...] [--limit N] [-n TOKENS] [--lookup-min A --lookup-max B] [--draft-max K]
+    python -m benchmarks.peers.ngram_vs_llama_cpp_python TARGET.gguf --prompts FILE.jsonl
+        [--category C ...] [--limit N] [-n TOKENS] [--lookup-min A --lookup-max B] [--draft-max K]
+
 Per category: median tokens/sec of each, median per-prompt speedup over our target-alone run, and
 our acceptance rate. Generation speed excludes prompt evaluation for all three."""
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
 from collections import defaultdict
-from pathlib import Path
 
 from llama_cpp import Llama
 from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+from benchmarks.harness import models, options
+from benchmarks.harness.llama_cpp_python import stream_rate
+from benchmarks.harness.summary import median, table
 from localspec.backend.hardware import physical_cores
-from localspec.backend.model import Model, ModelOptions
 from localspec.bench.runs import load_prompts
 from localspec.config import defaults
 from localspec.drafters.base import DraftSettings
@@ -30,36 +28,22 @@ from localspec.sampling.dist import SamplingParams
 from localspec.session.prompt import prompt_tokens
 
 
-def timed_stream(llm: Llama, tokens: list[int], n: int) -> float:
-    llm.reset()
-    count, t_first = 0, None
-    for _ in llm.create_completion(
-        tokens, max_tokens=n, temperature=0.0, top_k=1, repeat_penalty=1.0, stream=True
-    ):
-        count += 1
-        if t_first is None:
-            t_first = time.perf_counter()
-    return (count - 1) / (time.perf_counter() - t_first) if t_first and count > 1 else 0.0
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model", type=Path)
-    ap.add_argument("--prompts", type=Path, required=True)
-    ap.add_argument("--category", action="append", default=[])
-    ap.add_argument("--limit", type=int, default=4)
-    ap.add_argument("-n", type=int, default=128)
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_prompts(ap, limit=4)
+    options.add_generation(ap, temp=False)
     ap.add_argument("--lookup-min", type=int, default=defaults.DEFAULT_LOOKUP_MIN)
     ap.add_argument("--lookup-max", type=int, default=defaults.DEFAULT_LOOKUP_MAX)
     ap.add_argument("--draft-max", type=int, default=defaults.DEFAULT_DRAFT_MAX)
     ap.add_argument("--draft-mode", default="auto", choices=("auto", "fixed"))
-    a = ap.parse_args()
+    a = options.parse(ap)
     cores = physical_cores()
-    target = Model(a.model, ModelOptions(n_ctx=4096, n_threads=cores, n_threads_batch=cores))
+    target = models.load(a.target)
     base = SpeculativeEngine(target, None)
     ngram = SpeculativeEngine(target, NgramDrafter(), "ngram")
     llm = Llama(
-        str(a.model),
+        str(a.target),
         n_ctx=4096,
         n_threads=cores,
         n_threads_batch=cores,
@@ -81,7 +65,7 @@ def main() -> None:
         for engine in (base, ngram):
             target.truncate(0)
             res.append(next(e for e in engine.generate(tokens, config) if isinstance(e, DoneEvent)).stats)
-        theirs = timed_stream(llm, tokens, a.n)
+        theirs = stream_rate(llm, tokens, a.n, temperature=0.0, top_k=1)[0]
         rows[p.category].append(
             (res[0].tokens_per_second, res[1].tokens_per_second, theirs, res[1].n_drafted, res[1].n_accepted)
         )
@@ -92,17 +76,19 @@ def main() -> None:
             f"llama-cpp-python lookup {theirs:6.2f} tok/s",
             flush=True,
         )
-    print("\ncategory        base tok/s  ngram tok/s  lcp tok/s  ngram/base  lcp/base  ngram/lcp  acceptance")
+    cells = []
     for cat, r in rows.items():
-        med = lambda i, r=r: statistics.median(x[i] for x in r)  # noqa: E731
-        sp = statistics.median(x[1] / x[0] for x in r)
-        lp = statistics.median(x[2] / x[0] for x in r)
-        ours_vs = statistics.median(x[1] / x[2] for x in r)
-        acc = sum(x[4] for x in r) / max(1, sum(x[3] for x in r))
-        print(
-            f"{cat:14s} {med(0):11.2f} {med(1):12.2f} {med(2):10.2f} {sp:11.3f} {lp:9.3f} {ours_vs:10.3f} "
-            f"{acc:11.1%}"
+        acceptance = sum(x[4] for x in r) / max(1, sum(x[3] for x in r))
+        cells.append(
+            [
+                cat,
+                *(median(x[i] for x in r) for i in (0, 1, 2)),
+                *(f"{median(x[i] / x[j] for x in r):.3f}" for i, j in ((1, 0), (2, 0), (1, 2))),
+                f"{acceptance:.1%}",
+            ]
         )
+    headers = ["category", "base tok/s", "ngram tok/s", "lcp tok/s", "ngram/base", "lcp/base", "ngram/lcp"]
+    print("\n" + table([*headers, "acceptance"], cells))
 
 
 if __name__ == "__main__":

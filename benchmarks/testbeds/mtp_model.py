@@ -1,6 +1,6 @@
 """A GGUF of an MTP architecture (llama.cpp's glm4moe, or mimo2 for several heads) whose NextN heads
-predict what the main model will: the test model and the benchmark testbed for drafting with the
-target's own heads.
+predict what the main model will: the benchmark testbed for drafting with the target's own heads
+(make_mtp_testbed.py), and the tests' tiny MTP models.
 
 The main model's real work is its first block; the blocks after it are no-ops (their attention
 output and FFN down projections are zero), which cost a real block's compute each, so a main pass
@@ -14,10 +14,7 @@ greedy acceptance is high but not perfect.
 mimo2's heads are dense blocks, each a copy of the first (or a random block, `random_heads`).
 glm4moe's NextN block is a mixture-of-experts layer: one routed expert (sigmoid gate, weights
 normalised, so its weight is exactly 1) holds the first block's FFN, and the shared expert's down
-projection is zero. The main blocks are dense (`leading_dense_block_count` is their number).
-
-`CountingTree` is the heads' tree drafter counting the drafts that branched, so that a tree test
-can tell it tested trees."""
+projection is zero. The main blocks are dense (`leading_dense_block_count` is their number)."""
 
 from __future__ import annotations
 
@@ -27,9 +24,6 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-
-from localspec.drafters.base import Draft
-from localspec.drafters.mtp import MtpTreeDrafter
 
 
 @dataclass(frozen=True)
@@ -177,12 +171,3 @@ def write_mtp_model(path: Path, spec: MtpSpec, vocabulary: Vocabulary, name: str
     w.write_tensors_to_file()
     w.close()
     return path
-
-
-class CountingTree(MtpTreeDrafter):
-    branched = 0  # drafts with a node of two children or more
-
-    def propose(self, *args, **kwargs) -> Draft:
-        draft = super().propose(*args, **kwargs)
-        self.branched += draft.parents is not None and len(set(draft.parents)) < len(draft.parents)
-        return draft

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
 """The testbed at real vocabulary widths: every GGUF of a testbed folder (make_testbed.py) copied
 with its vocabulary padded to 152,064 ids (Qwen2.5's) and to 262,144 (Gemma 3's), so that loading,
 sampling and verification pay what real vocabularies cost.
 
-    python benchmarks/wide_vocab.py testbed [--widths 152064,262144] [--files target-f16.gguf,draft-q4_1.gguf]
+    python -m benchmarks.testbeds.wide_vocab testbed [--widths 152064,262144]
+        [--files target-f16.gguf,draft-q4_1.gguf]
 
 writes testbed/v152k/*.gguf and testbed/v262k/*.gguf. The new ids are `[PAD<i>]` tokens of type
 UNUSED whose embedding (and, the embeddings being tied, output) rows copy the row of the file's
@@ -17,17 +17,16 @@ of the probability that the padded ids took together where it generated is print
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import gguf
+import numpy as np
 
-import gguf  # noqa: E402
-import numpy as np  # noqa: E402
-
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
+from benchmarks.harness import models, options
+from localspec.engine.events import DoneEvent
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling.dist import SamplingParams
+from localspec.session.prompt import prompt_tokens
 
 EMBEDDINGS = "token_embd.weight"
 SEPARATE_OUTPUT = "output.weight"
@@ -136,18 +135,10 @@ def greedy(
 ) -> tuple[list[list[int]], float, list[tuple[str, str]]]:
     """The greedy outputs on `prompts`, the largest probability that ids past `n_real` took where
     they were generated, and each prompt and output as text (the chat template's tokens written out)."""
-    from localspec.backend.hardware import physical_cores
-    from localspec.backend.model import Model, ModelOptions
-    from localspec.engine.events import DoneEvent
-    from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
-    from localspec.sampling.dist import SamplingParams
-    from localspec.session.prompt import prompt_tokens
-
-    cores = physical_cores()
     config = GenerationConfig(
         max_tokens=CHECK_TOKENS, sampling=SamplingParams(temperature=0.0), draft_mode="fixed"
     )
-    with Model(path, ModelOptions(n_ctx=512, n_threads=cores, n_threads_batch=cores)) as model:
+    with models.load(path, n_ctx=512) as model:
         engine = SpeculativeEngine(model, None)
         outs, padded, texts = [], 0.0, []
         for text in prompts:
@@ -170,20 +161,24 @@ def greedy(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("testbed", type=Path)
-    ap.add_argument("--widths", default="152064,262144")
-    ap.add_argument("--files", help="only these files of the folder, comma-separated (default: all)")
-    args = ap.parse_args()
+    ap = options.parser(__doc__)
+    options.add_testbed(ap)
+    ap.add_argument("--widths", type=options.csv(int), default="152064,262144")
+    ap.add_argument(
+        "--files",
+        type=options.csv(str),
+        help="only these files of the folder, comma-separated (default: all)",
+    )
+    args = options.parse(ap)
     # The MTP testbed (make_mtp_testbed.py) shares the folder; its output matrix is not tied.
     sources = sorted(p for p in args.testbed.glob("*.gguf") if not p.name.startswith("mtp-"))
     if args.files:
-        sources = [p for p in sources if p.name in args.files.split(",")]
+        sources = [p for p in sources if p.name in args.files]
     if not sources:
         raise SystemExit(
             f"no GGUF files in {args.testbed}: run ../shared/bench/make_testbed.py {args.testbed} first"
         )
-    widths = [int(w) for w in args.widths.split(",")]
+    widths = args.widths
     light = args.testbed / "target-f16.gguf"
     n = len(gguf.GGUFReader(str(light)).fields["tokenizer.ggml.tokens"].contents())
     if min(widths) <= n:

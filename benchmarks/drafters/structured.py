@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Structured output under speculation: JSON extraction prompts with a schema, greedy, the target
 alone and drafted (auto, fixed 8), each with and without the schema's grammar, in one process with
 the modes interleaved per prompt; beside them llama-cpp-python's own `create_completion` with a
@@ -8,31 +7,28 @@ of emitted tokens the grammar forced (it allowed no other token), and the drafte
 drafted for free (text the grammar allowed alone, backend/forced.py), beside the same fixed-8 draft
 without them (`fixed-8/paid`: every token a draft-model pass) under the schema.
 
-Usage: python benchmarks/structured.py TARGET.gguf DRAFT.gguf [-n 96] [--repeat 1] [--json OUT.json]"""
+    python -m benchmarks.drafters.structured TARGET.gguf --draft DRAFT.gguf [-n 96] [--repeat 1]
+        [--json OUT.json]"""
 
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import numpy as np
+from llama_cpp import Llama, LlamaGrammar
 
-import numpy as np  # noqa: E402
-
-import localspec  # noqa: E402, F401  (first: llama.cpp's libraries load before NumPy's, see localspec/__init__.py)
-from localspec.backend.grammar import Grammar, schema_grammar  # noqa: E402
-from localspec.backend.hardware import physical_cores  # noqa: E402
-from localspec.backend.model import Model, ModelOptions  # noqa: E402
-from localspec.drafters.draft_model import DraftModelDrafter  # noqa: E402
-from localspec.engine.events import PromptEvent, drain  # noqa: E402
-from localspec.engine.speculative import GenerationConfig, SpeculativeEngine  # noqa: E402
-from localspec.sampling.dist import SamplingParams  # noqa: E402
-from localspec.session.prompt import prompt_tokens  # noqa: E402
+from benchmarks.harness import models, options
+from benchmarks.harness.llama_cpp_python import stream_rate
+from benchmarks.harness.summary import median, save
+from localspec.backend.grammar import Grammar, schema_grammar
+from localspec.backend.hardware import physical_cores
+from localspec.backend.model import Model
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.engine.events import PromptEvent, drain
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling.dist import SamplingParams
+from localspec.session.prompt import prompt_tokens
 
 PERSON = {
     "type": "object",
@@ -123,35 +119,25 @@ def forced_share(target: Model, tokens: list[int], gbnf: str) -> float:
 
 
 def theirs(path: Path, tokens: list[int], n: int, threads: int, gbnf: str | None) -> tuple[float, str]:
-    from llama_cpp import Llama, LlamaGrammar
-
+    """llama-cpp-python's create_completion, greedy, with a LlamaGrammar of `gbnf` (if any)."""
     llm = Llama(str(path), n_ctx=4096, n_threads=threads, n_threads_batch=threads, verbose=False)
     try:
         grammar = LlamaGrammar.from_string(gbnf, verbose=False) if gbnf else None
-        first, count, text = None, 0, ""
-        for chunk in llm.create_completion(
-            tokens, max_tokens=n, stream=True, temperature=0.0, top_k=1, repeat_penalty=1.0, grammar=grammar
-        ):
-            count += 1
-            text += chunk["choices"][0]["text"]
-            if first is None:
-                first = time.perf_counter()
-        return ((count - 1) / (time.perf_counter() - first) if first and count > 1 else 0.0), text
+        return stream_rate(llm, tokens, n, temperature=0.0, top_k=1, grammar=grammar)
     finally:
         llm.close()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("target", type=Path)
-    ap.add_argument("draft", type=Path)
-    ap.add_argument("-n", type=int, default=96)
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--json", type=Path)
-    a = ap.parse_args()
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_draft(ap, required=True)
+    options.add_generation(ap, n=96, temp=False)
+    options.add_repeat(ap)
+    options.add_json(ap)
+    a = options.parse(ap)
     threads = physical_cores()
-    opts = ModelOptions(n_ctx=4096, n_threads=threads, n_threads_batch=threads)
-    target, draft = Model(a.target, opts), Model(a.draft, opts)
+    target, draft = models.load(a.target), models.load(a.draft)
     engines = {
         "alone": SpeculativeEngine(target, None),
         **{
@@ -167,51 +153,20 @@ def main() -> None:
             gbnf = schema_grammar(json.dumps(schema))
             for grammar in (None, gbnf):
                 condition = "schema" if grammar else "free"
-                for mode, (draft_mode, draft_max) in MODES.items():
+                for mode in MODES:
                     if mode == "fixed-8/paid" and not grammar:
                         continue
-                    config = GenerationConfig(
-                        max_tokens=a.n,
-                        sampling=GREEDY,
-                        draft_mode=draft_mode,
-                        grammar=grammar,
-                        **({"draft_max": draft_max} if draft_max else {}),
-                    )
-                    target.truncate(0)
-                    draft.truncate(0)
-                    marks: list[tuple[float, float]] = []
-                    done = drain(
-                        engines[mode].generate(tokens, config),
-                        lambda ev, marks=marks: (
-                            marks.append((target.busy_s, draft.busy_s))
-                            if isinstance(ev, PromptEvent)
-                            else None
-                        ),
-                    )
-                    s = done.stats
-                    outside = s.elapsed_s - (target.busy_s - marks[0][0]) - (draft.busy_s - marks[0][1])
-                    row = {
-                        "prompt": i,
-                        "repeat": r,
-                        "condition": condition,
-                        "mode": mode,
-                        "tokens_per_second": s.tokens_per_second,
-                        "generated": s.n_generated,
-                        "drafted": s.n_drafted,
-                        "forced": s.n_forced,
-                        "accepted": s.n_accepted,
-                        "outside_ms_per_token": 1e3 * outside / max(s.n_generated, 1),
-                        "text": done.text,
-                    }
+                    rows.append(generation(engines[mode], target, draft, tokens, grammar, a.n, mode))
+                    rows[-1].update(prompt=i, repeat=r, condition=condition)
+                    generated = rows[-1].pop("tokens")
                     if grammar and mode == "alone":
-                        row["valid"] = _valid(done.text)
-                        row["forced_share"] = forced_share(target, done.tokens, gbnf)
-                    rows.append(row)
+                        rows[-1]["valid"] = _valid(rows[-1]["text"])
+                        rows[-1]["forced_share"] = forced_share(target, generated, gbnf)
+                    x = rows[-1]
                     print(
-                        f"#{r} p{i} {condition:6} {mode:12} {s.tokens_per_second:6.1f} tok/s, "
-                        f"{s.n_generated} tokens, accepted {s.n_accepted}/{s.n_drafted} "
-                        f"({s.n_forced} for free), "
-                        f"outside {row['outside_ms_per_token']:.2f} ms/token",
+                        f"#{r} p{i} {condition:6} {mode:12} {x['tokens_per_second']:6.1f} tok/s, "
+                        f"{x['generated']} tokens, accepted {x['accepted']}/{x['drafted']} "
+                        f"({x['forced']} for free), outside {x['outside_ms_per_token']:.2f} ms/token",
                         flush=True,
                     )
                 tps, out = theirs(a.target, tokens, a.n, threads, grammar)
@@ -227,8 +182,45 @@ def main() -> None:
                 )
                 print(f"#{r} p{i} {condition:6} llama-cpp-python {tps:6.1f} tok/s", flush=True)
     report(rows)
-    if a.json:
-        a.json.write_text(json.dumps(rows, indent=1))
+    save(a.json, rows)
+
+
+def generation(
+    engine: SpeculativeEngine,
+    target: Model,
+    draft: Model,
+    tokens: list[int],
+    grammar: str | None,
+    n: int,
+    mode: str,
+) -> dict:
+    """One greedy generation: its speed, drafts and the engine's time outside llama.cpp per token."""
+    draft_mode, draft_max = MODES[mode]
+    config = GenerationConfig(
+        max_tokens=n,
+        sampling=GREEDY,
+        draft_mode=draft_mode,
+        grammar=grammar,
+        **({"draft_max": draft_max} if draft_max else {}),
+    )
+    target.truncate(0)
+    draft.truncate(0)
+    marks: list[tuple[float, float]] = []
+    mark = lambda ev: marks.append((target.busy_s, draft.busy_s)) if isinstance(ev, PromptEvent) else None  # noqa: E731
+    done = drain(engine.generate(tokens, config), mark)
+    s = done.stats
+    outside = s.elapsed_s - (target.busy_s - marks[0][0]) - (draft.busy_s - marks[0][1])
+    return {
+        "mode": mode,
+        "tokens_per_second": s.tokens_per_second,
+        "generated": s.n_generated,
+        "drafted": s.n_drafted,
+        "forced": s.n_forced,
+        "accepted": s.n_accepted,
+        "outside_ms_per_token": 1e3 * outside / max(s.n_generated, 1),
+        "text": done.text,
+        "tokens": done.tokens,
+    }
 
 
 def _valid(text: str) -> bool:
@@ -262,7 +254,7 @@ def report(rows: list[dict]) -> None:
                 else "-"
             )
             out = (
-                f"{statistics.median(r['outside_ms_per_token'] for r in mine):.2f}"
+                f"{median(r['outside_ms_per_token'] for r in mine):.2f}"
                 if "outside_ms_per_token" in mine[0]
                 else "-"
             )
@@ -272,13 +264,13 @@ def report(rows: list[dict]) -> None:
                 else "-"
             )
             print(
-                f"| {condition} | {mode} | {statistics.median(r['tokens_per_second'] for r in mine):.2f} | "
-                f"{statistics.median(ratios):.2f}x | {acc} | {free} | {out} |"
+                f"| {condition} | {mode} | {median(r['tokens_per_second'] for r in mine):.2f} | "
+                f"{median(ratios):.2f}x | {acc} | {free} | {out} |"
             )
     schema = [r for r in rows if r.get("forced_share") is not None]
     print(
         f"\nschema, target alone: {sum(r['valid'] for r in schema)}/{len(schema)} outputs parse as JSON; "
-        f"tokens the grammar forced: median {statistics.median(r['forced_share'] for r in schema):.1%}"
+        f"tokens the grammar forced: median {median(r['forced_share'] for r in schema):.1%}"
     )
 
 

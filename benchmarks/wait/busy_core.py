@@ -1,7 +1,7 @@
-#!/usr/bin/env python3
 """The target alone while another process keeps one core busy, as on a laptop running a build.
 
-    python benchmarks/busy_core.py TARGET.gguf --native /tmp/native [-n 128] [--repeat 3] [--generations 6]
+    python -m benchmarks.wait.busy_core TARGET.gguf --native /tmp/native [-n 128] [--repeat 3]
+        [--generations 6]
 
 1. Separate processes under load: `localspec run` at its default threads (-d none --no-lookup,
    greedy) against llama-bench (`-n N -p 0`) at the physical core count and at one thread,
@@ -13,71 +13,35 @@
 from __future__ import annotations
 
 import argparse
-import json
-import multiprocessing
-import statistics
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.first_runs import spin  # noqa: E402
-from benchmarks.overhead import llama_bench  # noqa: E402
-from localspec.backend.hardware import physical_cores  # noqa: E402
-from localspec.config.settings import Settings  # noqa: E402
-from localspec.engine.events import drain  # noqa: E402
+from benchmarks.harness import options
+from benchmarks.harness.native import llama_bench
+from benchmarks.harness.processes import busy_core, run_cli
+from benchmarks.harness.summary import median
+from localspec.backend.hardware import physical_cores
+from localspec.config.settings import Settings
+from localspec.engine.events import drain
 from localspec.session.generation import generation_config
-from localspec.session.loader import ModelFiles, load  # noqa: E402
-from localspec.session.prompt import prompt_tokens  # noqa: E402
+from localspec.session.loader import ModelFiles, load
+from localspec.session.prompt import prompt_tokens
 
 PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
-def ours(target: Path, n: int) -> tuple[float, int]:
+def ours(a: argparse.Namespace) -> tuple[float, int]:
     """localspec run's tokens/s and the fewest threads it ran on."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "localspec",
-            "run",
-            "-m",
-            str(target),
-            "-d",
-            "none",
-            "--no-lookup",
-            "--temp",
-            "0",
-            "-n",
-            str(n),
-            "-p",
-            PROMPT,
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=True,
-    )
-    stats = json.loads(out.stdout)["stats"]
+    stats = run_cli(
+        ["-m", a.target, "-d", "none", "--no-lookup", "--temp", "0", "-n", a.n, "-p", PROMPT]
+    ).stats
     return stats["tokens_per_second"], stats["threads_fewest"]
-
-
-def busy() -> multiprocessing.Process:
-    proc = multiprocessing.Process(target=spin, daemon=True)
-    proc.start()
-    return proc
 
 
 def separate_processes(a: argparse.Namespace) -> None:
     cores = physical_cores()
     rows = []
-    load_proc = busy()
-    try:
+    with busy_core():
         for r in range(a.repeat):
-            tps, fewest = ours(a.target, a.n)
+            tps, fewest = ours(a)
             row = {
                 "localspec": tps,
                 "fewest_threads": fewest,
@@ -86,13 +50,11 @@ def separate_processes(a: argparse.Namespace) -> None:
             }
             rows.append(row)
             print(f"busy #{r + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()), flush=True)
-    finally:
-        load_proc.terminate()
     best = [max(x[f"native -t {cores}"], x["native -t 1"]) for x in rows]
-    ratio = statistics.median(x["localspec"] / b for x, b in zip(rows, best, strict=False))
+    ratio = median(x["localspec"] / b for x, b in zip(rows, best, strict=False))
     print(
         f"\nbusy core, separate processes: localspec / better native = {ratio:.3f} (bar 0.95); medians: "
-        + ", ".join(f"{k} {statistics.median(x[k] for x in rows):.2f}" for k in rows[0])
+        + ", ".join(f"{k} {median(x[k] for x in rows):.2f}" for k in rows[0])
     )
 
 
@@ -104,8 +66,7 @@ def load_swing(a: argparse.Namespace) -> None:
     drain(engine.generate(tokens, config))  # warm
     phases: dict[str, list[float]] = {}
     for phase in ("idle", "busy", "idle again"):
-        proc = busy() if phase == "busy" else None
-        try:
+        with busy_core(phase == "busy"):
             for _ in range(a.generations):
                 target.truncate(0)
                 s = drain(engine.generate(tokens, config)).stats
@@ -115,10 +76,7 @@ def load_swing(a: argparse.Namespace) -> None:
                     f"{s.threads_default}",
                     flush=True,
                 )
-        finally:
-            if proc:
-                proc.terminate()
-    med = {k: statistics.median(v) for k, v in phases.items()}
+    med = {k: median(v) for k, v in phases.items()}
     print(
         f"\none process: idle {med['idle']:.2f}, busy {med['busy']:.2f}, idle again "
         f"{med['idle again']:.2f} tok/s; "
@@ -128,13 +86,13 @@ def load_swing(a: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("target", type=Path)
-    ap.add_argument("--native", type=Path, required=True)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_native(ap)
+    options.add_generation(ap, temp=False)
+    options.add_repeat(ap, 3)
     ap.add_argument("--generations", type=int, default=6)
-    a = ap.parse_args()
+    a = options.parse(ap)
     separate_processes(a)
     load_swing(a)
 

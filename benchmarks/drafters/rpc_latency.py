@@ -1,7 +1,6 @@
-#!/usr/bin/env python3
 """Speculation across machines (issue #15), simulated on one: the target split over two
-`localspec rpc-server`s, each reached through a loopback proxy (tests/tcp_proxy.py) that delays every
-forwarded chunk by D ms in each direction; the draft model stays local. For each setting (local,
+`localspec rpc-server`s, each reached through a loopback proxy (benchmarks/harness/tcp_proxy.py) that delays
+every forwarded chunk by D ms in each direction; the draft model stays local. For each setting (local,
 then RPC at each delay) one worker process loads the models once and runs, per prompt, the target
 alone and then speculative decoding (the draft model under auto), greedy, checked token by token.
 Client, servers and proxies all run with one thread (`--threads 1`).
@@ -12,8 +11,8 @@ at 0 ms (the same servers through the same proxies, no added delay), which isola
 the servers hold the weights in anonymous memory while a local load maps the file, and on some
 machines that alone changes what a one-token pass costs.
 
-Usage: python benchmarks/rpc_latency.py TARGET.gguf DRAFT.gguf --prompts specbench-dev.jsonl
-           [--count 6] [-n 96] [--delays 0,2,5] [--json OUT.json]"""
+    python -m benchmarks.drafters.rpc_latency TARGET.gguf --draft DRAFT.gguf --prompts specbench-dev.jsonl
+        [--count 6] [-n 96] [--delays 0,2,5] [--json OUT.json]"""
 
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ import argparse
 import json
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import threading
@@ -29,9 +27,18 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-PROXY = HERE.parent / "tests" / "tcp_proxy.py"
-CLI = [sys.executable, "-m", "localspec"]
+from benchmarks.harness import options
+from benchmarks.harness.processes import CLI
+from benchmarks.harness.summary import median, save
+from localspec.bench.ties import compare_greedy
+from localspec.config.settings import Settings
+from localspec.drafters.draft_model import DraftModelDrafter
+from localspec.engine.events import drain
+from localspec.engine.speculative import SpeculativeEngine
+from localspec.session.generation import generation_config
+from localspec.session.loader import ModelFiles, load_models
+from localspec.session.prompt import render_chat, tokenize_rendered
+
 THREADS_1 = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
@@ -49,17 +56,8 @@ def prompts(path: Path, count: int) -> list[str]:
 
 def worker(args: argparse.Namespace) -> None:
     """Load once (over --rpc when given), then per prompt: the target alone, then speculative."""
-    from localspec.bench.ties import compare_greedy
-    from localspec.config.settings import Settings
-    from localspec.drafters.draft_model import DraftModelDrafter
-    from localspec.engine.events import drain
-    from localspec.engine.speculative import SpeculativeEngine
-    from localspec.session.generation import generation_config
-    from localspec.session.loader import ModelFiles, load_models
-    from localspec.session.prompt import render_chat, tokenize_rendered
-
     settings = Settings(threads=1, draft_threads=1, rpc=args.worker_rpc or None, max_tokens=args.n, temp=0.0)
-    target, draft = load_models(ModelFiles(args.target, args.draft), settings, threading.Event())
+    target, draft, _ = load_models(ModelFiles(args.target, args.draft), settings, threading.Event())
     assert draft is not None
     config = replace(generation_config(settings), draft_mode="auto")
     engines = {
@@ -98,19 +96,21 @@ def wait_listening(port: int, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            sys.exit(f"a helper process exited: {proc.args}")
+            raise SystemExit(f"a helper process exited: {proc.args}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.2)
-    sys.exit(f"nothing listens on {port}")
+    raise SystemExit(f"nothing listens on {port}")
 
 
 def run_worker(args: argparse.Namespace, rpc: str) -> list[dict]:
     cmd = [
         sys.executable,
-        __file__,
+        "-m",
+        "benchmarks.drafters.rpc_latency",
         str(args.target),
+        "--draft",
         str(args.draft),
         "--prompts",
         str(args.prompts),
@@ -124,22 +124,24 @@ def run_worker(args: argparse.Namespace, rpc: str) -> list[dict]:
     ]
     res = subprocess.run(cmd, capture_output=True, text=True, env=THREADS_1)
     if res.returncode != 0:
-        sys.exit(f"worker ({rpc or 'local'}) failed:\n{res.stderr}")
+        raise SystemExit(f"worker ({rpc or 'local'}) failed:\n{res.stderr}")
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("target", type=Path)
-    ap.add_argument("draft", type=Path)
-    ap.add_argument("--prompts", type=Path, required=True)
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_draft(ap, required=True)
+    ap.add_argument("--prompts", type=Path, required=True, help="a Spec-Bench JSONL file")
     ap.add_argument("--count", type=int, default=6)
-    ap.add_argument("-n", type=int, default=96)
-    ap.add_argument("--delays", default="0,2,5", help="ms per forwarded chunk, each direction")
-    ap.add_argument("--json", type=Path)
+    options.add_generation(ap, n=96, temp=False)
+    ap.add_argument(
+        "--delays", type=options.csv(float), default="0,2,5", help="ms per forwarded chunk, each direction"
+    )
+    options.add_json(ap)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker-rpc", default="", help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    args = options.parse(ap)
     if args.worker:
         worker(args)
         return
@@ -158,10 +160,17 @@ def main() -> None:
                 )
             )
             wait_listening(port, helpers[-1])
-        for delay in (float(d) for d in args.delays.split(",")):
+        for delay in args.delays:
             proxies = [
                 subprocess.Popen(
-                    [sys.executable, str(PROXY), f"127.0.0.1:{p}", "--delay-ms", str(delay)],
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.harness.tcp_proxy",
+                        f"127.0.0.1:{p}",
+                        "--delay-ms",
+                        str(delay),
+                    ],
                     stdout=subprocess.PIPE,
                     text=True,
                 )
@@ -179,13 +188,10 @@ def main() -> None:
             h.kill()
             h.wait()
 
-    speedup = {
-        k: statistics.median(r["spec"]["tps"] / r["target"]["tps"] for r in rows)
-        for k, rows in results.items()
-    }
+    speedup = {k: median(r["spec"]["tps"] / r["target"]["tps"] for r in rows) for k, rows in results.items()}
     for setting, rows in results.items():
-        target = statistics.median(r["target"]["tps"] for r in rows)
-        spec = statistics.median(r["spec"]["tps"] for r in rows)
+        target = median(r["target"]["tps"] for r in rows)
+        spec = median(r["spec"]["tps"] for r in rows)
         bad = sum(1 for r in rows if r["mismatch"] and not r["mismatch"]["tie"])
         ties = sum(1 for r in rows if r["mismatch"] and r["mismatch"]["tie"])
         share = ""
@@ -197,8 +203,7 @@ def main() -> None:
             f"{setting:12} prompts {len(rows)}  target {target:5.2f} tok/s  spec {spec:5.2f} tok/s  "
             f"speedup {speedup[setting]:.2f}x{share}  mismatches {bad} ties {ties}"
         )
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1))
+    save(args.json, results)
 
 
 if __name__ == "__main__":

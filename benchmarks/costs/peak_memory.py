@@ -1,19 +1,20 @@
-#!/usr/bin/env python3
 """Peak resident memory of `localspec run` (target + draft) against what the models need: the two
 GGUF files plus their KV caches at the chosen context size.
 
-Usage: python benchmarks/peak_memory.py TARGET.gguf DRAFT.gguf [--ctx N] [-n TOKENS]
+    python -m benchmarks.costs.peak_memory TARGET.gguf --draft DRAFT.gguf [--ctx N] [-n TOKENS]
+
 Runs the CLI in a child process and reads its peak RSS (getrusage of the children)."""
 
 from __future__ import annotations
 
-import argparse
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import gguf
+
+from benchmarks.harness import options
+from benchmarks.harness.processes import CLI
 
 
 def kv_bytes(path: Path, n_ctx: int) -> int:
@@ -27,16 +28,14 @@ def kv_bytes(path: Path, n_ctx: int) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("target", type=Path)
-    ap.add_argument("draft", type=Path)
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    options.add_draft(ap, required=True)
     ap.add_argument("--ctx", type=int, default=4096)
-    ap.add_argument("-n", type=int, default=128)
-    a = ap.parse_args()
+    options.add_generation(ap, temp=False)
+    a = options.parse(ap)
     cmd = [
-        sys.executable,
-        "-m",
-        "localspec",
+        *CLI,
         "run",
         "-m",
         str(a.target),

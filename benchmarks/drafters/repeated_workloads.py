@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Workloads that repeat themselves, for suffix drafting (issue #14): the target alone vs prompt
 lookup by `ngram` vs `suffix` (with its cache of earlier outputs, in memory, starting empty for each
 workload), in one process, interleaved per prompt, every engine on the auto controller.
@@ -18,21 +17,20 @@ across requests); suffix runs the unmeasured first request too. At temp 0 every 
 checked against the target alone's, token by token (a difference within the logit tie tolerance is
 a tie). Tokens/s are generation only (prompt excluded), as run's --json reports them.
 
-Usage: python benchmarks/repeated_workloads.py TARGET.gguf --prompts specbench-dev.jsonl
-           [--workloads regenerate,mtbench,edit,single] [--count 13] [--per-category 2]
-           [-n 128] [--temp 0] [--threads N] [--json OUT.json]"""
+    python -m benchmarks.drafters.repeated_workloads TARGET.gguf --prompts specbench-dev.jsonl
+        [--workloads regenerate,mtbench,edit,single] [--count 13] [--per-category 2]
+        [-n 128] [--temp 0] [--threads N] [--json OUT.json]"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import statistics
-import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
 
+from benchmarks.harness import options
+from benchmarks.harness.summary import median, save
 from localspec.bench.ties import compare_greedy
 from localspec.config.settings import Settings
 from localspec.drafters.ngram import NgramDrafter
@@ -91,7 +89,7 @@ def edit_pairs(data: list[dict], count: int) -> list[tuple[str, str, str]]:
 
 class Bench:
     def __init__(self, model: Path, settings: Settings, temp: float, seed: int) -> None:
-        self.target, _ = load_models(ModelFiles(model), settings, threading.Event())
+        self.target, _, _ = load_models(ModelFiles(model), settings, threading.Event())
         self.settings = settings
         self.config = replace(generation_config(settings), draft_mode="auto")
         self.temp, self.seed = temp, seed
@@ -163,7 +161,7 @@ def summarize(results: list[dict]) -> None:
         if r["workload"] == "single":
             groups.setdefault((r["workload"], r["category"]), []).append(r)
     for (w, c), rs in groups.items():
-        ratio = lambda a, b, rs=rs: statistics.median(r[a]["tps"] / r[b]["tps"] for r in rs)  # noqa: E731
+        ratio = lambda a, b, rs=rs: median(r[a]["tps"] / r[b]["tps"] for r in rs)  # noqa: E731
         tokens = sum(r["suffix"]["n"] for r in rs)
         accepted = sum(r["suffix"]["accepted"] for r in rs)
         bad = [
@@ -183,25 +181,24 @@ def summarize(results: list[dict]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("model", type=Path)
-    ap.add_argument("--prompts", type=Path, required=True)
-    ap.add_argument("--workloads", default="regenerate,mtbench,edit,single")
+    ap = options.parser(__doc__)
+    options.add_target(ap)
+    ap.add_argument("--prompts", type=Path, required=True, help="a Spec-Bench JSONL file")
+    ap.add_argument("--workloads", type=options.csv(str), default="regenerate,mtbench,edit,single")
     ap.add_argument(
         "--count", type=int, default=13, help="prompts for regenerate (one per category first) and mtbench"
     )
     ap.add_argument("--edits", type=int, default=20)
     ap.add_argument("--per-category", type=int, default=2)
-    ap.add_argument("-n", type=int, default=128)
-    ap.add_argument("--temp", type=float, default=0.0)
+    options.add_generation(ap)
     ap.add_argument("--threads", type=int)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    options.add_json(ap)
+    args = options.parse(ap)
     settings = Settings(max_tokens=args.n, temp=args.temp, threads=args.threads, lookup_method="suffix")
-    bench = Bench(args.model, settings, args.temp, args.seed)
+    bench = Bench(args.target, settings, args.temp, args.seed)
     data = rows(args.prompts)
-    for workload in args.workloads.split(","):
+    for workload in args.workloads:
         engines = bench.engines()
         if workload == "regenerate":
             for r in (
@@ -232,10 +229,9 @@ def main() -> None:
                 p = bench.tokens([{"role": "user", "content": r["turns"][0]}])
                 bench.measure(workload, str(r["question_id"]), r["category"], engines, p, None)
         else:
-            sys.exit(f"unknown workload {workload}")
+            raise SystemExit(f"unknown workload {workload}")
     summarize(bench.results)
-    if args.json:
-        args.json.write_text(json.dumps(bench.results, indent=1))
+    save(args.json, bench.results)
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ direction by a fixed time (a network's latency) and can freeze: stop forwarding 
 keeping its sockets open, as a link that drops without a word looks to both ends.
 
 In a test: `proxy = Proxy(("127.0.0.1", port), delay_s); proxy.start()` then `proxy.port`,
-`proxy.freeze()`. As a process (benchmarks): `python tcp_proxy.py UPSTREAM_HOST:PORT --delay-ms 5`
-prints the port it listens on, then serves until killed."""
+`proxy.freeze()`. As a process (benchmarks/drafters/rpc_latency.py): `python -m
+benchmarks.harness.tcp_proxy UPSTREAM_HOST:PORT --delay-ms 5` prints the port it listens on, then
+serves until killed."""
 
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""What localspec costs beside llama.cpp: the Python between passes, loading, memory."""
