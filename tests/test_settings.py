@@ -93,6 +93,7 @@ def test_every_field_says_when_it_may_change():
         "ctx",
         "threads",
         "draft_threads",
+        "flash_attn",
         "gpu_layers",
         "draft_gpu_layers",
         "draft_branches",

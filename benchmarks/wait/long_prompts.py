@@ -9,7 +9,8 @@ modes interleaved per prompt, timed from the process's start to its exit (loadin
 
 Modes: baseline (the target alone), default (run's default with the draft: auto, the draft model with
 prompt lookup behind it), draft-only (auto, --no-lookup), fixed-K (the draft model at K tokens a step,
-reading all its window at once, as llama.cpp's does), lookup (prompt lookup alone).
+reading all its window at once, as llama.cpp's does), lookup (prompt lookup alone); any mode with
++fa-on or +fa-off (baseline+fa-on: the target alone with flash attention, as llama.cpp runs a CPU).
 Prints per cell (size, -n, temp, mode) the medians over prompts and repeats of: the wait against
 the target alone's (end to end: > 1 is faster), the first token's time against the target alone's,
 generation tokens/s against the target alone's, how often the draft waited to read, whether greedy
@@ -51,6 +52,9 @@ def long_prompt(texts: list[str], tokens: int, start: int) -> str:
 
 
 def mode_args(mode: str, draft: Path) -> list[str]:
+    mode, _, fa = mode.partition("+fa-")
+    if fa:
+        return [*mode_args(mode, draft), "--flash-attn", fa]
     if mode == "baseline":
         return ["-d", "none", "--no-lookup"]
     if mode == "lookup":

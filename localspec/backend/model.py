@@ -15,7 +15,7 @@ from localspec.backend.devices import local_gpus
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
-from localspec.backend.model_options import ModelOptions
+from localspec.backend.model_options import ModelOptions, flash_attn_type
 from localspec.backend.mtp import MtpHead, attach_heads
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
@@ -66,6 +66,7 @@ class Model(TokenText, TreeSequences):
         cparams.n_threads = options.n_threads
         cparams.n_threads_batch = options.n_threads_batch
         cparams.no_perf = True
+        self.flash_attn_type = cparams.flash_attn_type = flash_attn_type(options.flash_attn)
         cparams.abort_callback = self._abort_cb
         self._watching = True
         self.passes = 0  # llama_decode calls so far: what a drafter's call is costed by

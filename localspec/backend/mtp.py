@@ -50,6 +50,7 @@ class _Target(Protocol):
     n_batch: int
     n_seq_max: int
     threads: int
+    flash_attn_type: int  # llama.cpp's, the heads' as the target's
 
 
 def attach_heads(target: _Target) -> tuple[HiddenRows, MtpHead]:
@@ -79,6 +80,7 @@ def _head_cache(target: _Target, offset: int, n_seq_max: int) -> _Cache:
     cparams.kv_unified = n_seq_max > 1
     cparams.n_threads = cparams.n_threads_batch = target.threads
     cparams.no_perf = True
+    cparams.flash_attn_type = target.flash_attn_type
     cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
     cparams.ctx_other = target.ctx
     ctx = llama_cpp.llama_init_from_model(target.model, cparams)

@@ -1,5 +1,5 @@
-"""The settings fixed when models load: the context, the chat template, threads, GPU layers, RPC
-servers and a server's slots (config/settings.py joins them with the rest)."""
+"""The settings fixed when models load: the context, the chat template, threads, GPU layers, flash
+attention, RPC servers and a server's slots (config/settings.py joins them with the rest)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 
 from localspec.backend.endpoints import parse_endpoints
+from localspec.backend.model_options import FLASH_ATTN_CHOICES
 from localspec.config.about import LOAD, MODEL, PERFORMANCE, SERVER, described
 from localspec.config.checks import jinja, optional, parses, proportions, within
 from localspec.config.defaults import MAX_CTX
@@ -102,6 +103,21 @@ class LoadSettings:
             alias=False,
             help="Draft layers on the GPU (default as --gpu-layers).",
             check=optional(within(0, math.inf)),
+        ),
+    )
+    flash_attn: str = field(
+        default="auto",
+        metadata=described(
+            flag="--flash-attn",
+            short=("-fa",),
+            panel=PERFORMANCE,
+            phase=LOAD,
+            alias=False,
+            help="Flash attention for both models: 'auto' (llama.cpp's choice: on where it can), 'on' or "
+            "'off'. Off, a CPU generates much faster after a long prompt (speculation most) and reads "
+            "it slower; drafted greedy output then parts from the target alone's at near-ties more "
+            "often.",
+            choices=FLASH_ATTN_CHOICES,
         ),
     )
     tensor_split: str | None = field(
