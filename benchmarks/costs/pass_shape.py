@@ -7,14 +7,19 @@ prompt pass that fills the context.
 
 For each flash-attention setting and context length, one model reads a prompt of that many tokens
 (timed), then runs passes of every width after it, interleaved, each rolled back; prints the
-median milliseconds of each width and its cost relative to the first width's (one token's)."""
+median milliseconds of each width and its cost relative to the first width's (one token's), and how
+far the widest pass's logits lie from the same tokens' evaluated one by one (the largest difference
+over its rows: what makes drafted greedy output part from the target alone's at near-ties)."""
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from benchmarks.harness import models, options
 from benchmarks.harness.summary import median, table
+from localspec.backend.model import Model
 
 
 def main() -> None:
@@ -40,13 +45,25 @@ def main() -> None:
                         model.decode([tokens[-1], *[tokens[-2]] * (w - 1)], all_logits=True)
                         seconds[w].append(time.perf_counter() - t0)
                         model.truncate(context)
+                drift = batch_drift(model, tokens, max(a.widths))
             one = median(seconds[a.widths[0]])
             passes = [f"{1e3 * median(s):.0f} ms ({median(s) / one:.2f}x)" for s in seconds.values()]
-            cells.append([fa, context, f"{prompt_s:.2f} s", *passes])
+            cells.append([fa, context, f"{prompt_s:.2f} s", *passes, f"{drift:.3f}"])
             print(" | ".join(map(str, cells[-1])), flush=True)
-    print(
-        "\n" + table(["flash attention", "context", "prompt pass", *(f"{w} tokens" for w in a.widths)], cells)
-    )
+    widths = [f"{w} tokens" for w in a.widths]
+    apart = f"logits, {max(a.widths)} at once vs one by one"
+    print("\n" + table(["flash attention", "context", "prompt pass", *widths, apart], cells))
+
+
+def batch_drift(model: Model, tokens: list[int], width: int) -> float:
+    """The largest difference between the logits of `width` tokens evaluated in one pass after
+    `tokens` and the same tokens' evaluated one by one."""
+    after = [tokens[(i * 31) % len(tokens)] for i in range(width)]
+    batched = np.array(model.decode(after, all_logits=True), dtype=np.float32)
+    model.truncate(len(tokens))
+    single = np.stack([np.array(model.decode([t], all_logits=False)).reshape(-1) for t in after])
+    model.truncate(len(tokens))
+    return float(np.abs(batched - single).max())
 
 
 if __name__ == "__main__":
