@@ -1,20 +1,25 @@
-"""Flash attention (--flash-attn): llama.cpp's choice by default, on or off when asked; either way a
-drafted greedy generation is the target alone's (up to ties)."""
+"""Flash attention (--flash-attn): 'auto' is off on a CPU for a draft and an unquantized target,
+llama.cpp's choice otherwise; on or off when asked; either way a drafted greedy generation is the
+target alone's (up to ties)."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
+from pathlib import Path
 
 import llama_cpp
 import pytest
 from conftest import TinyModels, assert_greedy_equivalent, model_options
 
 from localspec.backend.model import Model
-from localspec.backend.model_options import flash_attn_type
+from localspec.backend.model_options import flash_attn_for, flash_attn_type
+from localspec.config.settings import Settings
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams
+from localspec.session.loader import ModelFiles, load_models
 
 
 def test_each_choice_is_llama_cpps_setting():
@@ -48,3 +53,34 @@ def test_speculation_is_lossless_either_way(tiny: TinyModels, choice: str):
         )
         assert drafted.stats.n_accepted > 0
         assert_greedy_equivalent(target, prompt, alone.tokens, drafted.tokens)
+
+
+@pytest.mark.parametrize(
+    ("choice", "offloaded", "draft", "file_type", "expected"),
+    [
+        ("auto", False, True, 3, "off"),  # a draft on a CPU: its numerics never reach the output
+        ("auto", False, False, 0, "off"),  # an F32 target on a CPU (the demo's)
+        ("auto", False, False, 1, "off"),  # F16
+        ("auto", False, False, 3, "auto"),  # a quantized target keeps llama.cpp's choice
+        ("auto", False, False, None, "auto"),  # a file that does not say
+        ("auto", True, False, 1, "auto"),  # offloaded: llama.cpp decides
+        ("auto", True, True, 3, "auto"),
+        ("on", False, True, 1, "on"),  # given: as given
+        ("off", True, False, 3, "off"),
+    ],
+)
+def test_what_auto_means_for_each_model(choice, offloaded, draft, file_type, expected):
+    assert flash_attn_for(choice, offloaded, draft, file_type) == expected
+
+
+def test_the_loader_turns_it_off_for_an_unquantized_target_and_a_draft(tiny: TinyModels, smollm2_q4: Path):
+    off = llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    target, draft, _ = load_models(ModelFiles(tiny.target, tiny.close), Settings(), threading.Event())
+    try:
+        assert (target.flash_attn_type, draft.flash_attn_type) == (off, off)  # the tiny models are F32
+    finally:
+        target.close()
+        draft.close()  # type: ignore[union-attr]
+    quantized, _, _ = load_models(ModelFiles(smollm2_q4), Settings(), threading.Event())
+    with quantized:
+        assert quantized.flash_attn_type == llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO

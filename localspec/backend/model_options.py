@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import llama_cpp
 
 FLASH_ATTN_CHOICES = ("auto", "on", "off")
+# GGUF general.file_type of weights left unquantized: ALL_F32, MOSTLY_F16, MOSTLY_BF16
+UNQUANTIZED_FILE_TYPES = (0, 1, 32)
 
 
 @dataclass(frozen=True)
@@ -31,14 +33,28 @@ class ModelOptions:
 
 
 def flash_attn_type(choice: str) -> int:
-    """llama.cpp's flash attention setting for `choice` ('auto': llama.cpp's own choice, on where the
-    backend has the kernel, which a CPU has). Off, a CPU generates faster after a long prompt, a
-    wide pass above all (on the testbed after 2k tokens a one-token pass 1.6-2.4x, a 9-token
-    verification 4-6x), and reads the prompt 20-36% slower; but its batched passes then differ more
-    from one-token ones, so drafted greedy output parts from the target alone's at near-ties more
-    often (26 prompts of the Q4_1 with prompt lookup: 12 or more partings against 5). The default
-    keeps llama.cpp's."""
+    """llama.cpp's flash attention setting for `choice` ('auto': llama.cpp's own choice, on wherever
+    its backend has the kernel, a CPU included)."""
     return {
         "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
         "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
     }.get(choice, llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO)
+
+
+def flash_attn_for(choice: str, offloaded: bool, draft: bool, file_type: object) -> str:
+    """What --flash-attn `choice` means for one model: as given, except 'auto' on a CPU (no layer
+    offloaded), which is off for a draft and for an unquantized target (F32, F16, BF16), and
+    llama.cpp's choice (on) for a quantized target.
+
+    On a CPU llama.cpp's flash-attention kernel reads the cache again for every token of a pass:
+    after 2k tokens of context a one-token pass costs 1.6-2.5x what it does without it and a
+    9-token verification 4-6.5x (benchmarks/costs/pass_shape.py), so speculation, which lives by
+    wide passes about as dear as narrow ones, loses; the prompt is read 20-36% faster with it. Off,
+    an unquantized model's batched logits lie closer to its one-token ones (5 tokens at once
+    against one by one: 0.030 against 0.125 at 2k tokens), but a quantized model's move further
+    (0.44 against 0.00 at 100 tokens), and greedy drafted output would part from the target
+    alone's more often: its target keeps llama.cpp's choice. A draft's numerics never reach the
+    output (the target verifies every token), only its speed does."""
+    if choice != "auto" or offloaded:
+        return choice
+    return "off" if draft or file_type in UNQUANTIZED_FILE_TYPES else "auto"

@@ -113,10 +113,10 @@ class LoadSettings:
             panel=PERFORMANCE,
             phase=LOAD,
             alias=False,
-            help="Flash attention for both models: 'auto' (llama.cpp's choice: on where it can), 'on' or "
-            "'off'. Off, a CPU generates much faster after a long prompt (speculation most) and reads "
-            "it slower; drafted greedy output then parts from the target alone's at near-ties more "
-            "often.",
+            help="Flash attention: 'auto' (on a CPU off for the draft and for an F32/F16/BF16 target, "
+            "whose passes after a long prompt it makes far dearer; else llama.cpp's choice), 'on' or "
+            "'off'. Off, a CPU generates faster after a long prompt and reads it slower; a quantized "
+            "target's drafted greedy output then parts from its own at near-ties more often.",
             choices=FLASH_ATTN_CHOICES,
         ),
     )

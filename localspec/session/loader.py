@@ -13,9 +13,10 @@ from pathlib import Path
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
 from localspec.backend.endpoints import parse_endpoints
-from localspec.backend.gguf_file import check_gguf
+from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
+from localspec.backend.model_options import flash_attn_for
 from localspec.backend.mtp_archs import check_heads, drafts_itself
 from localspec.backend.vocab import check_special_tokens, check_token_texts
 from localspec.backend.weights import OutOfMemory, metadata
@@ -67,6 +68,16 @@ def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag:
         raise LocalspecError(f"{e} (lower {gpu_flag})") from None
 
 
+def _flash_attn(
+    settings: Settings, layers: int, devices: tuple[int, ...] | None, target: GGUFInfo | None = None
+) -> str:
+    """--flash-attn for the target (`target`: its file) or the draft, offloading `layers` to
+    `devices` (None: this machine's GPUs)."""
+    offloaded = layers != 0 and bool(devices or local_gpus())
+    file_type = target.fields.get("general.file_type") if target else None
+    return flash_attn_for(settings.flash_attn, offloaded, target is None, file_type)
+
+
 def load_models(
     files: ModelFiles,
     settings: Settings,
@@ -103,13 +114,14 @@ def load_models(
     n_seq_max = settings.draft_branches if trees else 1
     slots = settings.slots if serving else 0
     threads = settings.threads or cores
+    target_layers = (-1 if servers else gpu) if settings.gpu_layers is None else settings.gpu_layers
     target = _model(
         files.model,
         ModelOptions(
             n_ctx=settings.ctx,
             n_threads=threads,
             n_threads_batch=threads,
-            n_gpu_layers=(-1 if servers else gpu) if settings.gpu_layers is None else settings.gpu_layers,
+            n_gpu_layers=target_layers,
             devices=remote,
             tensor_split=split,
             rollback_snapshots=settings.draft_max + 1,
@@ -117,7 +129,7 @@ def load_models(
             slots=slots,
             chat_template=settings.chat_template,
             mtp=bool(heads),
-            flash_attn=settings.flash_attn,
+            flash_attn=_flash_attn(settings, target_layers, remote, target_info),
             verbose=verbose,
         ),
         cancel,
@@ -129,6 +141,7 @@ def load_models(
     if files.draft is None:
         return target, None, 0.0
     draft_threads = settings.draft_threads or cores
+    draft_layers = gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers
     draft, started = None, time.perf_counter()
     try:
         draft = _model(
@@ -137,10 +150,10 @@ def load_models(
                 n_ctx=target.n_ctx,
                 n_threads=draft_threads,
                 n_threads_batch=draft_threads,
-                n_gpu_layers=gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers,
+                n_gpu_layers=draft_layers,
                 n_seq_max=n_seq_max,
                 slots=slots,
-                flash_attn=settings.flash_attn,
+                flash_attn=_flash_attn(settings, draft_layers, None),
                 verbose=verbose,
             ),
             cancel,
