@@ -32,11 +32,11 @@ class Finished:
     wall_s: float
 
 
-def run_cli(args: Sequence[str], cache_dir: Path | None = None, env: dict | None = None) -> Finished:
+def run_cli(args: Sequence[str], cache_dir: Path | None = None) -> Finished:
     """`localspec run ARGS --json` in a process of its own, with `cache_dir` as its cache (None: an
     empty one, removed after). A failed run ends the benchmark with its last words."""
     with tempfile.TemporaryDirectory() as fresh:
-        env = {**os.environ, **(env or {}), "XDG_CACHE_HOME": str(cache_dir or fresh)}
+        env = {**os.environ, "XDG_CACHE_HOME": str(cache_dir or fresh)}
         cmd = [*CLI, "run", *map(str, args), "--json"]
         t0 = time.perf_counter()
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
@@ -67,13 +67,13 @@ def busy_core(on: bool = True) -> Iterator[None]:
 
 
 @contextmanager
-def server(args: Sequence[str], env: dict | None = None) -> Iterator[int]:
+def server(args: Sequence[str]) -> Iterator[int]:
     """`localspec serve ARGS` on a free port until the block ends; yields the port."""
     proc = subprocess.Popen(
         [*CLI, "serve", "--port", "0", *map(str, args)],
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
         for line in proc.stderr:  # type: ignore[union-attr]

@@ -28,7 +28,7 @@ def main() -> None:
     speedups, walls, shares = [], [], []
     for p in load_prompts(a.prompts, a.category, a.limit):
         with tempfile.TemporaryDirectory() as cache:
-            first, second = (run_cli(["-m", a.target, "-p", p.text, *extra], Path(cache)) for _ in "12")
+            first, second = (run_cli(["-m", a.target, "-p", p.text, *extra], Path(cache)) for _ in range(2))
         sa, sb = first.stats, second.stats
         speed = sb["tokens_per_second"] / sa["tokens_per_second"]
         share = sb["n_accepted"] / max(sb["n_generated"], 1)
