@@ -14,7 +14,6 @@ repeats of per-generation ratios against the target alone's tokens/s on the same
 
 from __future__ import annotations
 
-import argparse
 import ast
 import os
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.harness import models, options
-from benchmarks.harness.summary import median, save
+from benchmarks.harness.summary import median, paired_ratios, save
 from localspec.backend.model import Model
 from localspec.backend.tokenizer import Tokenizer
 from localspec.bench.runs import load_prompts
@@ -36,7 +35,7 @@ from localspec.drafters.ngram import NgramDrafter
 from localspec.drafters.suffix import SuffixDrafter
 from localspec.drafters.suffix_tree import DEPTH
 from localspec.engine.events import drain
-from localspec.engine.speculative import SpeculativeEngine
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.session.generation import generation_config
 from localspec.session.prompt import prompt_tokens
 
@@ -155,10 +154,12 @@ def main() -> None:
     )
 
     target = models.load(a.target)
-    prompts = [("related", pid, text) for pid, text in related_prompts(a.folder, a.count)]
-    prompts += [("unrelated", p.id, p.text) for p in load_prompts(a.prompts, [], 1)[: a.unrelated]]
+    texts = [("related", pid, text) for pid, text in related_prompts(a.folder, a.count)]
+    texts += [("unrelated", p.id, p.text) for p in load_prompts(a.prompts, [], 1)[: a.unrelated]]
+    prompts = [(group, pid, prompt_tokens(target, text, raw=False)) for group, pid, text in texts]
+    config = generation_config(Settings().merged({"temp": 0.0, "max_tokens": a.n}))
     rows = [
-        generation(a, target, code, prompt, r, mode)
+        generation(config, target, code, prompt, r, mode)
         for r in range(a.repeat)
         for i, prompt in enumerate(prompts)
         for mode in MODES[(i + r) % len(MODES) :] + MODES[: (i + r) % len(MODES)]
@@ -169,20 +170,19 @@ def main() -> None:
 
 
 def generation(
-    a: argparse.Namespace, target: Model, code: Datastore, prompt: tuple, r: int, mode: str
+    config: GenerationConfig, target: Model, code: Datastore, prompt: tuple, r: int, mode: str
 ) -> dict:
-    """One generation of `prompt` (group, id, text) in `mode`, on a fresh engine: its row."""
-    group, pid, text = prompt
+    """One generation of `prompt` (group, id, tokens) in `mode`, on a fresh engine: its row."""
+    group, pid, tokens = prompt
     drafter = {
         "alone": lambda: None,
         "default": NgramDrafter,
         "suffix": lambda: SuffixDrafter(None, 1),
         "datastore": lambda: SuffixDrafter(None, 1, [code]),
     }[mode]()
-    config = generation_config(Settings().merged({"temp": 0.0, "max_tokens": a.n}))
     target.truncate(0)
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
-    done = drain(engine.generate(prompt_tokens(target, text, raw=False), config))
+    done = drain(engine.generate(tokens, config))
     s = done.stats
     from_store = s.origins.get("datastore")
     print(
@@ -207,6 +207,9 @@ def generation(
 def summarise(rows: list[dict]) -> None:
     key = lambda r: (r["group"], r["prompt"], r["repeat"])  # noqa: E731
     by = {(key(r), r["mode"]): r for r in rows}
+    speed, group_of = lambda r: r["tokens_per_second"], lambda r: r["group"]  # noqa: E731
+    over_alone = paired_ratios(rows, key, speed, group_of, baseline="alone")
+    over_default = paired_ratios(rows, key, speed, group_of, baseline="default")
     print(
         "\n| prompts | mode | tok/s (median) | over the target alone | over the default | share of tokens "
         "from the datastore | same tokens as the target alone |"
@@ -216,19 +219,11 @@ def summarise(rows: list[dict]) -> None:
         keys = sorted({key(r) for r in rows if r["group"] == group})
         for mode in MODES:
             mine = [by[(k, mode)] for k in keys]
-            over_alone = median(
-                by[(k, mode)]["tokens_per_second"] / by[(k, "alone")]["tokens_per_second"] for k in keys
-            )
-            over_default = median(
-                by[(k, mode)]["tokens_per_second"] / by[(k, "default")]["tokens_per_second"] for k in keys
-            )
             share = sum(r["from_datastore"] for r in mine) / max(1, sum(r["generated"] for r in mine))
             same = sum(by[(k, mode)]["tokens"] == by[(k, "alone")]["tokens"] for k in keys)
             tps = median(r["tokens_per_second"] for r in mine)
-            print(
-                f"| {group} | {mode} | {tps:.2f} | {over_alone:.2f}x | {over_default:.2f}x | {share:.1%} | "
-                f"{same}/{len(keys)} |"
-            )
+            ratios = f"{over_alone[group][mode]:.2f}x | {over_default[group][mode]:.2f}x"
+            print(f"| {group} | {mode} | {tps:.2f} | {ratios} | {share:.1%} | {same}/{len(keys)} |")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from llama_cpp import Llama, LlamaGrammar
 
 from benchmarks.harness import models, options
 from benchmarks.harness.llama_cpp_python import stream_rate
-from benchmarks.harness.summary import median, save
+from benchmarks.harness.summary import median, paired_ratios, save
 from localspec.backend.grammar import Grammar, schema_grammar
 from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model
@@ -237,17 +237,13 @@ def report(rows: list[dict]) -> None:
         "accepted/drafted | drafted for free | outside llama.cpp, ms/token |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- |")
+    pair, tps = lambda r: (r["prompt"], r["repeat"], r["condition"]), lambda r: r["tokens_per_second"]  # noqa: E731
+    speedups = paired_ratios(rows, pair, tps, lambda r: r["condition"], baseline="alone")
     for condition in ("free", "schema"):
-        alone = {
-            (r["prompt"], r["repeat"]): r["tokens_per_second"]
-            for r in rows
-            if r["condition"] == condition and r["mode"] == "alone"
-        }
         for mode in (*MODES, "llama-cpp-python"):
             mine = [r for r in rows if r["condition"] == condition and r["mode"] == mode]
             if not mine:
                 continue
-            ratios = [r["tokens_per_second"] / alone[(r["prompt"], r["repeat"])] for r in mine]
             acc = (
                 f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)}"
                 if "drafted" in mine[0]
@@ -265,7 +261,7 @@ def report(rows: list[dict]) -> None:
             )
             print(
                 f"| {condition} | {mode} | {median(r['tokens_per_second'] for r in mine):.2f} | "
-                f"{median(ratios):.2f}x | {acc} | {free} | {out} |"
+                f"{speedups[condition][mode]:.2f}x | {acc} | {free} | {out} |"
             )
     schema = [r for r in rows if r.get("forced_share") is not None]
     print(

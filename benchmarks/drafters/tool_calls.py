@@ -18,7 +18,7 @@ import openai
 from benchmarks.drafters.structured import GREEDY, forced_share
 from benchmarks.harness import models, options
 from benchmarks.harness.processes import server
-from benchmarks.harness.summary import median, save
+from benchmarks.harness.summary import median, paired_ratios, save
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.server.tool_request import tool_use
@@ -175,7 +175,8 @@ def forced_shares(target_path: Path, template: Path | None) -> list[str]:
 
 
 def report(rows: list[dict]) -> None:
-    alone = {(r["task"], r["round"]): r["tokens_per_second"] for r in rows if r["mode"] == "alone"}
+    tps = lambda r: r["tokens_per_second"]  # noqa: E731
+    speedups = paired_ratios(rows, lambda r: (r["task"], r["round"]), tps, baseline="alone")["all"]
     print(
         "\n| mode | tok/s (median) | speedup over alone (median of per-reply ratios) | accepted/drafted | "
         "calls parsed | same calls as alone |"
@@ -183,11 +184,10 @@ def report(rows: list[dict]) -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
-        ratios = [r["tokens_per_second"] / alone[(r["task"], r["round"])] for r in mine]
         same = "-" if mode == "alone" else f"{sum(r.get('same_as_alone', False) for r in mine)}/{len(mine)}"
         print(
             f"| {mode} | {median(r['tokens_per_second'] for r in mine):.2f} | "
-            f"{median(ratios):.2f}x | "
+            f"{speedups[mode]:.2f}x | "
             f"{sum(r['accepted'] for r in mine)}/{sum(r['drafted'] for r in mine)} | "
             f"{sum(r['parsed'] for r in mine)}/{len(mine)} | {same} |"
         )

@@ -87,9 +87,11 @@ def add_extra(ap: argparse.ArgumentParser, what: str) -> None:
 def parse(ap: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
     """The arguments, every input they name checked to exist (otherwise one line and exit 2); what
     follows `--` is `extra` where the script took add_extra."""
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    a = ap.parse_args(argv[: len(argv) - len(extra) - 1] if extra or "--" in argv else argv)
+    argv, extra = sys.argv[1:] if argv is None else argv, []
+    if "--" in argv:
+        at = argv.index("--")
+        argv, extra = argv[:at], argv[at + 1 :]
+    a = ap.parse_args(argv)
     if extra:
         if not hasattr(a, "extra"):
             ap.exit(2, f"{ap.prog}: takes no options after --\n")
