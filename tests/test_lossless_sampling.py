@@ -33,9 +33,11 @@ from counting_tree import CountingTree
 from scipy import stats
 from tiny_models import TinySpec, tiny_vocabulary, vocabulary, write_tiny_llama
 
+from benchmarks.testbeds.eagle3_model import Eagle3Spec, write_eagle3_pair
 from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
+from localspec.backend.model_options import HeadFile
 from localspec.bench.profiles import RecordedProfile
 from localspec.datastore import store
 from localspec.datastore.meta import Meta, SourceFile
@@ -551,7 +553,10 @@ def _mtp_target(folder: Path, spec: MtpSpec):
     """The MTP target, and PROMPT, its greedy continuation and PROMPT again (as `prompt`)."""
     # A tree's branches: sequences of target and head
     options = replace(model_options(), mtp=True, n_seq_max=BRANCHES)
-    target = Model(write_mtp_model(folder / "mtp.gguf", spec, tiny_vocabulary), options)
+    return _with_prompt(Model(write_mtp_model(folder / "mtp.gguf", spec, tiny_vocabulary), options))
+
+
+def _with_prompt(target: Model):
     start = target.tokenize(PROMPT)
     greedy = GenerationConfig(max_tokens=GREEDY, sampling=SamplingParams(temperature=0.0), draft_mode="fixed")
     done = [
@@ -594,7 +599,34 @@ def test_sampled_output_drafted_by_several_chained_heads_is_the_targets(case: Ca
     _check_mtp(case, profile, target, prompt)
 
 
-def _check_mtp(case: Case, profile, target: Model, prompt: list[int]) -> None:
+# An EAGLE-3 head (benchmarks/testbeds/eagle3_model.py), as unsure and perturbed, its residual
+# taking the target's state: at a fixed length and as a tree.
+EAGLE3_SPEC = Eagle3Spec(seed=23, logit_scale=0.6, head_noise=0.25, g_weight=0.1)
+EAGLE3_CASES = ((Case("fixed", "same", True, True), None), (Case("tree", "same", False, False), None))
+
+
+@pytest.fixture(scope="module")
+def eagle3(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("eagle3")
+    target_path, head = write_eagle3_pair(folder / "t.gguf", folder / "h.gguf", EAGLE3_SPEC, tiny_vocabulary)
+    options = replace(model_options(), head_file=HeadFile(head, EAGLE3_SPEC.layers), n_seq_max=BRANCHES)
+    target, prompt = _with_prompt(Model(target_path, options))
+    yield target, prompt
+    target.close()
+
+
+@pytest.mark.parametrize(
+    "case,profile",
+    EAGLE3_CASES,
+    ids=lambda v: v.id.replace("same", "eagle3") if isinstance(v, Case) else None,
+)
+def test_sampled_output_drafted_by_an_eagle3_head_is_the_targets(case: Case, profile, eagle3):
+    target, prompt = eagle3
+    assert target.head is not None and target.head.kind == "eagle3"
+    _check_mtp(case, profile, target, prompt, FAMILY_ALPHA / (2 * len(EAGLE3_CASES)))
+
+
+def _check_mtp(case: Case, profile, target: Model, prompt: list[int], alpha: float = MTP_ALPHA) -> None:
     assert target.head is not None
     heads = CountingTree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
     drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads
@@ -602,7 +634,7 @@ def _check_mtp(case: Case, profile, target: Model, prompt: list[int]) -> None:
     joint = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)
     for dist in (joint, first_of(joint)):
         big, rest = _cells(dist, N_DRAWS)
-        assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, MTP_ALPHA) >= MIN_POWER
+        assert power_at(DETECTED_TV, len(big) + (rest > 0), N_DRAWS, alpha) >= MIN_POWER
     counts, first_step = draws(engine, prompt, lambda seed: _config(case, seed), N_DRAWS)
     assert_drafts_were_both_accepted_and_rejected(first_step, N_DRAWS)
     if case.mode == "auto":
@@ -612,5 +644,5 @@ def _check_mtp(case: Case, profile, target: Model, prompt: list[int]) -> None:
     first: Counter = Counter()
     for k, c in counts.items():
         first[k[:1]] += c
-    assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > MTP_ALPHA
-    assert chi_square_pvalue(counts, joint, N_DRAWS) > MTP_ALPHA
+    assert chi_square_pvalue(first, first_of(joint), N_DRAWS) > alpha
+    assert chi_square_pvalue(counts, joint, N_DRAWS) > alpha

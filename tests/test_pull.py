@@ -404,3 +404,59 @@ target = {{ path = "{tiny.target.parent / "gone.gguf"}" }}
         cli(hub, "run", "-m", "gone", "-p", "x"), alone=False
     )
     assert "gone.gguf, which does not exist" in assert_one_line_error(cli(hub, "pull", "gone"), alone=False)
+
+
+@pytest.fixture()
+def hub_2026(tiny: TinyModels, tmp_path: Path):
+    """The shipped registry's aliases for the models of 2026, their repositories holding tiny files
+    under the names the registry gives (the shipped registry alone: LOCALSPEC_REGISTRY is empty)."""
+    from tiny_drafters import write_assistant
+    from tiny_models import tiny_vocabulary
+
+    from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
+
+    heads = write_mtp_model(tmp_path / "heads.gguf", MtpSpec(seed=5, logit_scale=3.0), tiny_vocabulary)
+    target, draft = tiny.target.read_bytes(), tiny.close.read_bytes()
+    fake = FakeHub()
+    fake.repos = {
+        "unsloth/Qwen3.6-27B-MTP-GGUF": {"Qwen3.6-27B-Q4_K_M.gguf": heads.read_bytes(), "README.md": b"#"},
+        "unsloth/gemma-4-31B-it-GGUF": {
+            "gemma-4-31B-it-Q4_K_M.gguf": target,
+            "gemma-4-31B-it-Q8_0.gguf": target,
+            "mtp-gemma-4-31B-it.gguf": write_assistant(tmp_path / "assistant.gguf").read_bytes(),
+        },
+        "bartowski/Llama-3.3-70B-Instruct-GGUF": {"Llama-3.3-70B-Instruct-Q4_K_M.gguf": target},
+        "bartowski/Llama-3.2-1B-Instruct-GGUF": {"Llama-3.2-1B-Instruct-Q8_0.gguf": draft},
+    }
+    url = fake.start()
+    (tmp_path / "registry.toml").write_text("")
+    yield fake, url, tmp_path
+    fake.stop()
+
+
+@pytest.mark.parametrize(
+    "alias,target,draft,drafter",
+    [
+        ("qwen3.6-27b", "Qwen3.6-27B-Q4_K_M.gguf", None, "mtp"),
+        ("gemma4-31b", "gemma-4-31B-it-Q4_K_M.gguf", "mtp-gemma-4-31B-it.gguf", "gemma4-assistant"),
+        (
+            "llama3.3-70b",
+            "Llama-3.3-70B-Instruct-Q4_K_M.gguf",
+            "Llama-3.2-1B-Instruct-Q8_0.gguf",
+            "draft-model",
+        ),
+    ],
+)
+def test_the_aliases_of_2026_pull_their_files_and_draft(hub_2026, alias, target, draft, drafter):
+    res = cli(hub_2026, "pull", alias)
+    assert res.returncode == 0, res.stderr
+    row = models_json(hub_2026)[alias]
+    assert [Path(p).name for p in row["target_files"]] == [target]
+    assert [Path(p).name for p in row["draft_files"]] == ([draft] if draft else [])
+    assert row["drafter"] == drafter
+    run = cli(hub_2026, "run", "-m", alias, "-p", "the cat", "-n", "8", "--temp", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    expected = {"mtp": "mtp", "gemma4-assistant": "ngram", "draft-model": "draft+lookup"}[drafter]
+    assert json.loads(run.stdout)["stats"]["drafter"] == expected
+    if drafter == "gemma4-assistant":  # pulled with its target, and told why it does not draft
+        assert "does not run yet: drafting with n-gram prompt lookup instead" in run.stderr

@@ -18,6 +18,9 @@ REQUIRED = {
     "qwen3-32b",
     "qwen3-8b",
     "gemma3-27b",
+    "qwen3.6-27b",
+    "gemma4-31b",
+    "llama3.3-70b",
 }
 
 
@@ -29,9 +32,10 @@ def test_shipped_registry_has_the_pairs(monkeypatch, tmp_path):
     assert REQUIRED <= set(reg.aliases)
     assert reg.aliases["llama3.1-70b"].draft == reg.aliases["llama3.1-8b"].draft
     for alias in reg.aliases.values():
-        # The demo drafts for its own F32 upcast: its file alone is all there is to pull.
+        # The demo drafts for its own F32 upcast, Qwen3.6 with the MTP heads in its file: their
+        # file alone is all there is to pull.
         assert (
-            (alias.draft is not None or alias.name == "demo")
+            (alias.draft is not None or alias.name in ("demo", "qwen3.6-27b"))
             and alias.description
             and "license" in alias.facts
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from localspec.backend.batch import SEQ, DecodeAborted, decode_synced, fill
 from localspec.backend.devices import local_gpus
+from localspec.backend.eagle3 import attach_eagle3
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
@@ -87,7 +89,7 @@ class Model(TokenText, TreeSequences):
         # A target with MTP heads keeps to logits: its passes' hidden states are read too.
         self.argmax = (
             DeviceArgmax(self.ctx)
-            if options.device_argmax and not options.mtp and self._output_offloaded()
+            if options.device_argmax and not (options.mtp or options.head_file) and self._output_offloaded()
             else None
         )
         self.hidden: HiddenRows | None = None
@@ -99,12 +101,18 @@ class Model(TokenText, TreeSequences):
         self._pieces, self._ends = {}, {}  # TokenText's: each token's bytes and whether it ends generation
         self.threads = options.n_threads
         self.n_seq_max = options.n_seq_max
-        if options.mtp:
+        self.head_load_s = 0.0  # of the load, the head's in a file of its own (not the target's)
+        if options.mtp or options.head_file:
+            started = time.perf_counter()
             try:
-                self.hidden, self.head = attach_heads(self)
+                self.hidden, self.head = (
+                    attach_eagle3(self, options.head_file) if options.head_file else attach_heads(self)
+                )
             except BaseException:
                 self.close()
                 raise
+            if options.head_file:
+                self.head_load_s = time.perf_counter() - started
 
     def _output_offloaded(self) -> bool:
         # Every layer, the output's too, on a GPU or RPC servers (an RPC build alone offloads nothing).

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import llama_cpp
 
 FLASH_ATTN_CHOICES = ("auto", "on", "off")
 # GGUF general.file_type of weights left unquantized: ALL_F32, MOSTLY_F16, MOSTLY_BF16
 UNQUANTIZED_FILE_TYPES = (0, 1, 32)
+
+
+@dataclass(frozen=True)
+class HeadFile:
+    """A drafter in a file of its own that runs over the target's state (backend/eagle3.py)."""
+
+    path: Path
+    layers: tuple[int, ...]  # the target's layers whose inputs it reads
+    n_gpu_layers: int = 0
 
 
 @dataclass(frozen=True)
@@ -26,6 +36,7 @@ class ModelOptions:
     chat_template: str | None = None  # the user's, over the GGUF's
     # Load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
     mtp: bool = False
+    head_file: HeadFile | None = None  # an EAGLE-3 head to load over the target, reading its layer inputs
     # Greedy passes may take their argmax on the GPU (backend/top_tokens.py) when all layers are there.
     device_argmax: bool = True
     flash_attn: str = "auto"  # one of FLASH_ATTN_CHOICES (flash_attn_type)

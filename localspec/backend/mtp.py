@@ -22,15 +22,14 @@ the same way."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import llama_cpp
 import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
+from localspec.backend.head_cache import HeadCache, Target, head_context
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.mtp_archs import CHAINED_ARCHS
@@ -39,58 +38,22 @@ from localspec.backend.weights import metadata
 from localspec.errors import LocalspecError
 
 
-class _Target(Protocol):
-    """What of the target (backend/model.py) its heads use."""
-
-    model: Any  # the weights, the heads' included
-    ctx: Any
-    path: Path
-    n_vocab: int
-    n_ctx: int
-    n_batch: int
-    n_seq_max: int
-    threads: int
-    flash_attn_type: int  # llama.cpp's, the heads' as the target's
-
-
-def attach_heads(target: _Target) -> tuple[HiddenRows, MtpHead]:
+def attach_heads(target: Target) -> tuple[HiddenRows, MtpHead]:
     """Make the target's passes hand out their hidden states, and its heads' contexts to read them."""
     llama_cpp_ext.llama_set_embeddings_nextn(target.ctx, True, False)  # unmasked: a row for every token
     hidden = HiddenRows(llama_cpp.llama_model_n_embd_out(target.model))
     return hidden, MtpHead(target, hidden)
 
 
-@dataclass
-class _Cache:
-    """One head's context and what its sequence 0 holds: `cached`, the first `exact` of them made
-    with the target's hidden states."""
-
-    ctx: Any
-    memory: Any
-    logits: LogitsReader
-    cached: list[int] = field(default_factory=list)
-    exact: int = 0
-
-
-def _head_cache(target: _Target, offset: int, n_seq_max: int) -> _Cache:
-    cparams = llama_cpp.llama_context_default_params()
-    cparams.n_ctx = target.n_ctx
-    cparams.n_batch = cparams.n_ubatch = target.n_batch
-    cparams.n_seq_max = n_seq_max
-    cparams.kv_unified = n_seq_max > 1
-    cparams.n_threads = cparams.n_threads_batch = target.threads
-    cparams.no_perf = True
-    cparams.flash_attn_type = target.flash_attn_type
-    cparams.ctx_type = llama_cpp.LLAMA_CONTEXT_TYPE_MTP
-    cparams.ctx_other = target.ctx
-    ctx = llama_cpp.llama_init_from_model(target.model, cparams)
+def _head_cache(target: Target, offset: int, n_seq_max: int) -> HeadCache:
+    ctx = head_context(target, target.model, n_seq_max, llama_cpp.LLAMA_CONTEXT_TYPE_MTP)
     if not ctx:
         raise LocalspecError(f"could not create the MTP context of {target.path.name}")
     llama_cpp_ext.llama_set_embeddings_nextn(ctx, True, True)  # the head's rows: output rows only
     if offset:
         llama_cpp_ext.llama_set_nextn_layer_offset(ctx, offset)
     name = f"{target.path.name} (MTP{f' head {offset + 1}' if offset else ''})"
-    return _Cache(ctx, llama_cpp.llama_get_memory(ctx), LogitsReader(ctx, target.n_vocab, name))
+    return HeadCache(ctx, llama_cpp.llama_get_memory(ctx), LogitsReader(ctx, target.n_vocab, name))
 
 
 def _arch(model: Any) -> str:
@@ -107,14 +70,11 @@ class MtpHead:
     # this much, so that the target's states kept for it stay few.
     MAX_LAG = 256
 
-    def __init__(self, target: _Target, hidden: HiddenRows) -> None:
+    kind = "mtp"  # what the drafters built over it are called
+
+    def __init__(self, target: Target, hidden: HiddenRows) -> None:
         self.target, self.hidden, self.path, self.n_vocab = target, hidden, target.path, target.n_vocab
-        self.heads = int(llama_cpp.llama_model_n_layer_nextn(target.model))
-        if self.heads > 1 and _arch(target.model) not in CHAINED_ARCHS:
-            raise LocalspecError(
-                f"this llama.cpp runs one MTP head for {_arch(target.model)}, and {target.path.name} holds "
-                f"{self.heads}"
-            )
+        self.heads = self._head_count()
         self.n_embd = hidden.n_embd
         self.n_seq_max = target.n_seq_max
         self.n_batch = target.n_batch
@@ -123,10 +83,10 @@ class MtpHead:
         self._tokens = (llama_cpp.llama_token * self.n_batch)()
         self._batch.token = self._tokens
         self._embd = np.ctypeslib.as_array(self._batch.embd, shape=(self.n_batch, self.n_embd))
-        self._caches: list[_Cache] = []
+        self._caches: list[HeadCache] = []
         try:
             for k in range(self.heads):  # the first head's context holds a tree's branches too
-                self._caches.append(_head_cache(target, k, self.n_seq_max if k == 0 else 1))
+                self._caches.append(self._make_cache(k, self.n_seq_max if k == 0 else 1))
         except LocalspecError:
             self.close()
             raise
@@ -140,6 +100,18 @@ class MtpHead:
         self._beginning = False
         self.passes = 0
         self.busy_s = 0.0
+
+    def _head_count(self) -> int:
+        heads = int(llama_cpp.llama_model_n_layer_nextn(self.target.model))
+        if heads > 1 and _arch(self.target.model) not in CHAINED_ARCHS:
+            raise LocalspecError(
+                f"this llama.cpp runs one MTP head for {_arch(self.target.model)}, and "
+                f"{self.target.path.name} holds {heads}"
+            )
+        return heads
+
+    def _make_cache(self, offset: int, n_seq_max: int) -> HeadCache:
+        return _head_cache(self.target, offset, n_seq_max)
 
     @property
     def cached(self) -> list[int]:
@@ -195,7 +167,7 @@ class MtpHead:
 
     def _catch_up(
         self,
-        cache: _Cache,
+        cache: HeadCache,
         context: Sequence[int],
         drafted: Sequence[int] = (),
         outputs: Sequence[np.ndarray] = (),
@@ -216,15 +188,21 @@ class MtpHead:
         cache.exact = len(context)
         return output
 
-    def _decode(self, cache: _Cache, tokens: Sequence[int], rows: np.ndarray) -> np.ndarray:
+    def _decode(self, cache: HeadCache, tokens: Sequence[int], rows: np.ndarray) -> np.ndarray:
         """Append `tokens` paired with `rows`; the head's output at the last."""
+        n = self._pass(cache, tokens, rows, output=True)
+        return self._output(cache.ctx, n - 1)
+
+    def _pass(self, cache: HeadCache, tokens: Sequence[int], rows: np.ndarray, output: bool) -> int:
+        """One pass appending `tokens` paired with `rows`, with outputs for the last (`output`) or
+        none; returns the number of tokens."""
         if len(cache.cached) + len(tokens) > self.target.n_ctx:
             raise LocalspecError(
                 f"context is full: {len(cache.cached) + len(tokens)} tokens needed, --ctx is "
                 f"{self.target.n_ctx}"
             )
         base = len(cache.cached)
-        n = fill(self._batch, tokens, base, every=False)
+        n = fill(self._batch, tokens, base, every=False, last=output)
         self._embd[:n] = rows
         if (rc := self._run(cache.ctx, n)) != 0:
             llama_cpp.llama_memory_seq_rm(cache.memory, SEQ, base, -1)
@@ -232,7 +210,7 @@ class MtpHead:
                 f"llama_decode failed ({rc}) in the MTP head of {self.path.name} at position {base}"
             )
         cache.cached.extend(tokens)
-        return self._output(cache.ctx, n - 1)
+        return n
 
     def _run(self, ctx: Any, n: int) -> int:
         self.passes += 1

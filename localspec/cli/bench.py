@@ -152,10 +152,12 @@ def bench(
             models = [m for m in (target, draft_model, target.head) if m is not None]
             clock.inside = lambda: sum(m.busy_s for m in models)
         try:
+            # An EAGLE-3 head drafts where a draft model would; the target's own heads also as "mtp".
+            heads = target.head is not None and target.head.kind == "mtp"
             chosen = choose_modes(
                 [m.strip() for m in modes.split(",") if m.strip()],
-                draft_model is not None,
-                target.head is not None,
+                draft_model is not None or (target.head is not None and not heads),
+                heads,
             )
             bench_modes = make_modes(chosen, target, draft_model, settings)
             total = len(selected) * len(chosen) * repeat

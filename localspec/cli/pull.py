@@ -138,6 +138,7 @@ def models(
                     "draft_files": files.get("draft", []),
                     "size_bytes": sum(on_disk.get(p, 0) for fs in files.values() for p in fs),
                     "memory_gb": entry.facts.get("memory_gb"),
+                    "drafter": _drafter(files),
                 }
             )
         demo = _demo_row()
@@ -153,11 +154,10 @@ def models(
         size = f"{row['size_bytes'] / 1e9:.2f} GB" if row["pulled"] else "-"
         state = "damaged record: pull again" if row["damaged"] else "yes" if row["pulled"] else "no"
         memory = f"~{row['memory_gb']:g} GB" if row["memory_gb"] else "-"
-        cells.append((row["alias"], row["description"], state, size, memory))
+        cells.append((row["alias"], row["description"], state, size, memory, row["drafter"] or "-"))
     console = Console()
-    console.print(
-        table("localspec models", ("alias", "description", "pulled", "size on disk", "memory"), cells)
-    )
+    columns = ("alias", "description", "pulled", "size on disk", "memory", "drafter")
+    console.print(table("localspec models", columns, cells))
     if on_disk:
         # Aliases may share a draft: the total counts each file once.
         say(
@@ -167,6 +167,14 @@ def models(
         )
     for error in registry.errors.values():
         say(console, ("skipped", "yellow"), f" {error}")
+
+
+def _drafter(files: dict[str, list[str]]) -> str | None:
+    """What drafts for a pulled alias, read from its files (split files: their first part)."""
+    from localspec.backend.drafter_files import drafter_of
+
+    first = {role: Path(paths[0]) if paths else None for role, paths in files.items()}
+    return drafter_of(first.get("target"), first.get("draft"))
 
 
 def _demo_row() -> dict:
@@ -186,6 +194,7 @@ def _demo_row() -> dict:
             "draft_files": [],
             "size_bytes": 0,
             "memory_gb": None,
+            "drafter": None,
         }
     present = [p for p in (made, shipped) if p.is_file()]  # the shipped file may be gone under us
     return {
@@ -199,6 +208,7 @@ def _demo_row() -> dict:
         "draft_files": [str(shipped)] if shipped.is_file() else [],
         "size_bytes": sum(p.stat().st_size for p in present),
         "memory_gb": None,
+        "drafter": "draft-model",
     }
 
 

@@ -1,7 +1,8 @@
 """The target's own MTP heads draft as a draft model does (drafters/draft_model.py), from the heads'
 contexts (backend/mtp.py; several heads chained, each its own depth): no second model, and no
 vocabulary of its own; with --draft-branches > 1 as a tree (drafters/tree.py), each branch a
-sequence of the first head's cache."""
+sequence of the first head's cache. An EAGLE-3 head (backend/eagle3.py) drafts the same way, under
+its own name, its costs and acceptance learned apart."""
 
 from __future__ import annotations
 
@@ -12,18 +13,16 @@ from localspec.drafters.tree import TreeDrafter
 
 
 class MtpDrafter(DraftModelDrafter):
-    name = "mtp"
-    key = DraftKey("mtp")
     windowed = False  # a head reads the target's state at every position: it sees all of it
 
     def __init__(self, head: MtpHead) -> None:
         super().__init__(head, spelling=head.target)  # type: ignore[arg-type]
+        self.name, self.key = head.kind, DraftKey(head.kind)
 
 
 class MtpTreeDrafter(TreeDrafter):
-    name = "mtp"
-    key = DraftKey("mtp")
     windowed = False
 
     def __init__(self, head: MtpHead, branches: int) -> None:
         super().__init__(head, branches)  # type: ignore[arg-type]
+        self.name, self.key = head.kind, DraftKey(head.kind)

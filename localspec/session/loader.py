@@ -12,11 +12,12 @@ from pathlib import Path
 
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
+from localspec.backend.drafter_files import EAGLE3, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
 from localspec.backend.model import Model, ModelOptions
-from localspec.backend.model_options import flash_attn_for
+from localspec.backend.model_options import HeadFile, flash_attn_for
 from localspec.backend.mtp_archs import check_heads, drafts_itself
 from localspec.backend.vocab import check_special_tokens, check_token_texts
 from localspec.backend.weights import OutOfMemory, metadata
@@ -96,9 +97,13 @@ def load_models(
     if files.mtp:
         check_heads(target_info)
     heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))
+    held = check_drafter(target_info, draft_info) if draft_info is not None else None
     if draft_info is not None:
         check_token_texts(target_info, draft_info)
     cores, gpu = physical_cores(), default_gpu_layers()
+    draft_layers = gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers
+    # An EAGLE-3 head loads over the target, which hands it its layers' inputs.
+    head = HeadFile(files.draft, held.target_layers, draft_layers) if held and held.kind == EAGLE3 else None
     servers = parse_endpoints(settings.rpc) if settings.rpc else []
     # The target's offloaded layers go to the servers and the local GPUs: by default all of them.
     remote = (*rpc.connect(servers), *local_gpus()) if servers else None
@@ -129,6 +134,7 @@ def load_models(
             slots=slots,
             chat_template=settings.chat_template,
             mtp=bool(heads),
+            head_file=head,
             flash_attn=_flash_attn(settings, target_layers, remote, target_info),
             verbose=verbose,
         ),
@@ -138,10 +144,9 @@ def load_models(
     if servers:
         rpc.keep_alive(servers)
         rpc.watch(target.timer, servers)
-    if files.draft is None:
-        return target, None, 0.0
+    if files.draft is None or head is not None:
+        return target, None, target.head_load_s
     draft_threads = settings.draft_threads or cores
-    draft_layers = gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers
     draft, started = None, time.perf_counter()
     try:
         draft = _model(

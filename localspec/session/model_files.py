@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from localspec.backend.demo import demo_path, demo_target
-from localspec.backend.gguf_file import check_exists
+from localspec.backend.drafter_files import KIND_NAMES, RUNS, drafter_file
+from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model
 from localspec.config import defaults
@@ -29,7 +30,9 @@ class ModelFiles:
     @staticmethod
     def of(target: Model, draft: Model | None) -> ModelFiles:
         """The files loaded models came from (the demo's: its F32 target)."""
-        return ModelFiles(target.path, draft.path if draft else None, mtp=target.options.mtp)
+        head = target.options.head_file
+        drafter = draft.path if draft else head.path if head else None
+        return ModelFiles(target.path, drafter, mtp=target.options.mtp)
 
     @property
     def draft_name(self) -> str | None:
@@ -81,7 +84,23 @@ def resolve(
         )
         if alias.draft is not None and draft_path is None:
             notify(f"the draft model of {model} is not on disk: drafting with n-gram prompt lookup instead")
+        draft_path = _runnable(model, draft_path, notify)
     return ModelFiles(target, draft_path, mtp=mtp), dict(alias.settings)
+
+
+def _runnable(alias: str, draft: Path | None, notify: Callable[[str], None]) -> Path | None:
+    """An alias's drafter file where localspec drafts with its kind, else None (prompt lookup
+    drafts, as told); -d FILE with such a file is refused by the loader instead."""
+    if draft is None or not draft.is_file():
+        return draft
+    kind = drafter_file(check_gguf(draft, "draft")).kind
+    if kind in RUNS:
+        return draft
+    notify(
+        f"{alias}'s drafter is {KIND_NAMES[kind]}, which localspec does not run yet: drafting with "
+        "n-gram prompt lookup instead"
+    )
+    return None
 
 
 def demo_model() -> Path:

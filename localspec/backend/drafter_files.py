@@ -1,0 +1,147 @@
+"""What a draft file (-d FILE) holds, read from its GGUF header before any weights load: a draft
+model of its own, or a drafter trained for one target that reads that target's state (an EAGLE-3
+head, a DFlash or DSpark block drafter, a Gemma 4 assistant); and whether it was made for the
+target at hand. llama.cpp asserts (and kills the process) where such a drafter meets a target of
+another shape, so a mismatch is told here in one line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from localspec.backend.gguf_file import GGUFInfo, check_gguf
+from localspec.backend.mtp_archs import drafts_itself
+from localspec.errors import LocalspecError
+
+DRAFT_MODEL, EAGLE3, DFLASH, DSPARK, ASSISTANT = (
+    "draft-model",
+    "eagle3",
+    "dflash",
+    "dspark",
+    "gemma4-assistant",
+)
+KIND_NAMES = {
+    DRAFT_MODEL: "a draft model",
+    EAGLE3: "an EAGLE-3 head",
+    DFLASH: "a DFlash block drafter",
+    DSPARK: "a DSpark block drafter",
+    ASSISTANT: "a Gemma 4 assistant (an MTP drafter in its own file)",
+}
+# The kinds localspec drafts with; the others are recognised and refused in one line.
+RUNS = frozenset({DRAFT_MODEL, EAGLE3})
+# Architectures whose llama.cpp graph hands out its layers' inputs (the features an EAGLE-3 or
+# DFlash drafter reads: src/models/*.cpp setting t_layer_inp); asking another one for them aborts.
+FEATURE_ARCHS = frozenset(
+    {
+        "bailingmoe3",
+        "deepseek4",
+        "gemma4",
+        "gpt-oss",
+        "hunyuan_vl",
+        "lfm2",
+        "llama",
+        "mimo2",
+        "minimax-01",
+        "minimax-m2",
+        "muse-glimmer",
+        "nanbeige",
+        "nemotron_h",
+        "qwen3",
+        "qwen35",
+        "qwen35moe",
+        "qwen3moe",
+        "qwen3next",
+        "qwen4exp",
+    }
+)
+
+
+@dataclass(frozen=True)
+class DrafterFile:
+    kind: str  # one of KIND_NAMES
+    target_layers: tuple[int, ...] = ()  # the target's layers whose inputs it reads
+    target_hidden: int | None = None  # the hidden size of the target it was made for
+
+
+def _arch(info: GGUFInfo) -> str:
+    arch = info.fields.get("general.architecture")
+    return arch if isinstance(arch, str) else ""
+
+
+def _int(info: GGUFInfo, key: str) -> int | None:
+    value = info.fields.get(f"{_arch(info)}.{key}")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _token_count(info: GGUFInfo) -> int:
+    tokens = info.tokens()
+    return len(tokens) if tokens is not None else 0
+
+
+def drafter_file(info: GGUFInfo) -> DrafterFile:
+    """What the draft file `info` holds."""
+    arch = _arch(info)
+    if arch not in (EAGLE3, DFLASH, ASSISTANT):
+        return DrafterFile(DRAFT_MODEL)
+    if arch == ASSISTANT:
+        return DrafterFile(ASSISTANT, target_hidden=_int(info, "embedding_length_out"))
+    layers = info.fields.get(f"{arch}.target_layers")
+    if not isinstance(layers, list) or not layers or not all(isinstance(i, int) for i in layers):
+        raise LocalspecError(f"draft file is inconsistent: {info.path} ({arch} without {arch}.target_layers)")
+    if arch == EAGLE3:
+        if len(layers) != 3:
+            raise LocalspecError(
+                f"draft file is inconsistent: {info.path} (an EAGLE-3 head reads 3 target layers, "
+                f"its header gives {len(layers)})"
+            )
+        return DrafterFile(EAGLE3, tuple(layers), _int(info, "target_hidden_size"))
+    markov = any(t.name == "markov_w1.weight" for t in info.tensors)
+    return DrafterFile(DSPARK if markov else DFLASH, tuple(layers), _int(info, "embedding_length"))
+
+
+def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
+    """What `draft` holds, refused in one line where it was made for another target, or is a kind
+    localspec does not draft with."""
+    held = drafter_file(draft)
+    if held.kind == DRAFT_MODEL:
+        return held
+    what = f"{draft.path.name} is {KIND_NAMES[held.kind]}"
+    arch, hidden, layers = _arch(target), _int(target, "embedding_length"), _int(target, "block_count") or 0
+    if held.kind == ASSISTANT and arch != "gemma4":
+        raise LocalspecError(f"{what}, made for a Gemma 4 target; {target.path.name} is {arch or 'unknown'}")
+    if held.target_hidden is not None and held.target_hidden != hidden:
+        raise LocalspecError(
+            f"{what} for a target of hidden size {held.target_hidden}; {target.path.name} has {hidden}"
+        )
+    if any(not 0 <= i < layers for i in held.target_layers):
+        raise LocalspecError(
+            f"{what} reading layers {list(held.target_layers)}; {target.path.name} has {layers} layers"
+        )
+    if held.kind == EAGLE3 and _token_count(draft) != _token_count(target):
+        raise LocalspecError(
+            f"{what} with a vocabulary of {_token_count(draft)} tokens; {target.path.name} has "
+            f"{_token_count(target)}"
+        )
+    if held.target_layers and arch not in FEATURE_ARCHS:
+        raise LocalspecError(
+            f"{what}: this llama.cpp hands out no layer inputs for {arch} ({target.path.name})"
+        )
+    if held.kind not in RUNS:
+        raise LocalspecError(
+            f"{what}: localspec does not draft with these yet (it drafts with draft models, EAGLE-3 "
+            "heads and a target's own MTP heads); leave out -d to draft by prompt lookup"
+        )
+    return held
+
+
+def drafter_of(target: Path | None, draft: Path | None) -> str | None:
+    """What drafts for a pair of files on disk: the draft file's kind, else the target's own heads
+    ("mtp") or prompt lookup ("lookup"); None where the file to read is missing or unreadable."""
+    try:
+        if draft is not None:
+            return drafter_file(check_gguf(draft, "draft")).kind if draft.is_file() else None
+        if target is None or not target.is_file():
+            return None
+        return "mtp" if drafts_itself(check_gguf(target)) else "lookup"
+    except LocalspecError:
+        return None

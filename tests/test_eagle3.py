@@ -1,0 +1,366 @@
+"""Drafters made for one target (-d FILE, #51): each kind is recognised from its file; one made for
+another target is refused in one line before any weights load; an EAGLE-3 head drafts with the
+target's layer inputs exactly as llama.cpp feeds it, its greedy output is the target alone's, and
+its cache follows the target through rejections, in run, serve and bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import llama_cpp
+import numpy as np
+import pytest
+from cli_helpers import CLI, assert_one_line_error, localspec
+from conftest import TinyModels, assert_greedy_equivalent, model_options
+from counting_tree import CountingTree
+from llama_cpp import llama_cpp_ext
+from server_helpers import start
+from tiny_drafters import write_assistant, write_dflash, write_eagle3
+from tiny_models import tiny_vocabulary
+
+from benchmarks.testbeds.eagle3_model import Eagle3Spec, write_eagle3_pair
+from localspec.backend.drafter_files import ASSISTANT, DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, drafter_file
+from localspec.backend.eagle3 import _layer_input, _set_layer_input
+from localspec.backend.gguf_file import check_gguf
+from localspec.backend.model import Model
+from localspec.backend.model_options import HeadFile
+from localspec.drafters.base import DraftSettings
+from localspec.drafters.chain import ChainDrafter
+from localspec.drafters.mtp import MtpDrafter
+from localspec.drafters.ngram import NgramDrafter
+from localspec.engine.events import drain
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
+from localspec.sampling.dist import SamplingParams
+
+PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "she was in the tree and he"]
+GOOD = Eagle3Spec(seed=5)
+MIXED = replace(GOOD, g_weight=0.1)  # the target's state perturbs what it predicts: about 1 in 3 rejected
+LAYERS = GOOD.layers
+BRANCHES = 3
+
+
+@dataclass(frozen=True)
+class Pairs:
+    target: Path
+    good: Path
+    mixed_target: Path
+    mixed: Path
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory: pytest.TempPathFactory) -> Pairs:
+    d = tmp_path_factory.mktemp("eagle3")
+    target, good = write_eagle3_pair(d / "target.gguf", d / "head.gguf", GOOD, tiny_vocabulary)
+    mixed_target, mixed = write_eagle3_pair(d / "mt.gguf", d / "mh.gguf", MIXED, tiny_vocabulary)
+    return Pairs(target, good, mixed_target, mixed)
+
+
+def load(target: Path, head: Path, n_seq_max: int = 1) -> Model:
+    return Model(target, replace(model_options(), head_file=HeadFile(head, LAYERS), n_seq_max=n_seq_max))
+
+
+def generate(engine: SpeculativeEngine, prompt: list[int], mode: str, n: int = 48, draft_max: int = 6):
+    config = GenerationConfig(
+        max_tokens=n,
+        sampling=SamplingParams(temperature=0.0),
+        draft_mode=mode,
+        draft_max=draft_max,
+        drafting=DraftSettings(p_split=0.05),
+    )
+    return drain(engine.generate(prompt, config))
+
+
+# --- what a file holds, and for which target ------------------------------------------------------
+
+
+def test_each_kind_is_recognised_from_its_file(tiny: TinyModels, tmp_path: Path):
+    files = {
+        DRAFT_MODEL: tiny.close,
+        EAGLE3: write_eagle3(tmp_path / "e.gguf"),
+        DFLASH: write_dflash(tmp_path / "d.gguf"),
+        DSPARK: write_dflash(tmp_path / "s.gguf", markov=True),
+        ASSISTANT: write_assistant(tmp_path / "a.gguf"),
+    }
+    assert {kind: drafter_file(check_gguf(path)).kind for kind, path in files.items()} == {
+        kind: kind for kind in files
+    }
+    assert drafter_file(check_gguf(files[EAGLE3])).target_layers == (0, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "write,fragment",
+    [
+        (
+            lambda p: write_eagle3(p, target_hidden=128),
+            "EAGLE-3 head for a target of hidden size 128; target.gguf has 64",
+        ),
+        (lambda p: write_eagle3(p, layers=(0, 1, 2)), "reading layers [0, 1, 2]; target.gguf has 2 layers"),
+        (lambda p: write_eagle3(p, pad=16), "with a vocabulary of 331 tokens; target.gguf has 315"),
+        (lambda p: write_dflash(p, n_embd=32), "DFlash block drafter for a target of hidden size 32"),
+        (lambda p: write_dflash(p, layers=(1, 5), markov=True), "DSpark block drafter reading layers [1, 5]"),
+        (write_assistant, "Gemma 4 assistant (an MTP drafter in its own file), made for a Gemma 4 target"),
+    ],
+    ids=[
+        "eagle3-hidden",
+        "eagle3-layers",
+        "eagle3-vocabulary",
+        "dflash-hidden",
+        "dspark-layers",
+        "assistant",
+    ],
+)
+def test_a_drafter_made_for_another_target_is_refused_in_one_line(
+    tiny: TinyModels, tmp_path, write, fragment
+):
+    drafter = write(tmp_path / "drafter.gguf")
+    res = localspec("run", "-m", str(tiny.target), "-d", str(drafter), "-p", "hi", "-n", "4")
+    assert_one_line_error(res, fragment)
+
+
+@pytest.mark.parametrize("markov", [False, True], ids=["dflash", "dspark"])
+def test_a_block_drafter_for_this_target_is_refused_in_one_line(tiny: TinyModels, tmp_path, markov):
+    drafter = write_dflash(tmp_path / "drafter.gguf", markov=markov)
+    res = localspec("run", "-m", str(tiny.target), "-d", str(drafter), "-p", "hi", "-n", "4")
+    assert_one_line_error(res, "localspec does not draft with these yet")
+
+
+# --- the EAGLE-3 head -------------------------------------------------------------------------
+
+
+def test_the_head_reads_the_target_as_llama_cpp_feeds_it(tiny: TinyModels, tmp_path: Path):
+    """The head's logits after a context are those of llama.cpp's own feeding (common/speculative.cpp:
+    the token at p + 1 with the encoded layer inputs at p, at position p), computed here by hand
+    through llama.cpp; pairing each token with its own position's row instead gives others."""
+    head_path = write_eagle3(tmp_path / "head.gguf")
+    layers = drafter_file(check_gguf(head_path)).target_layers
+    with Model(tiny.target, replace(model_options(), head_file=HeadFile(head_path, layers))) as target:
+        assert target.head is not None
+        tokens = target.tokenize(PROMPTS[0] + " and " + PROMPTS[1])
+        target.prefill(tokens[:-1])
+        ours = target.head.sync(tokens).copy()
+        g = _encoded_rows(target, head_path, layers, tokens)
+        by_hand = _decoded(target, head_path, g, tokens[1:])
+        shifted = _decoded(target, head_path, g, tokens[:-1])
+    assert np.abs(ours - by_hand).max() < 1e-3 * np.abs(by_hand).max()
+    assert np.abs(ours - shifted).max() > 0.1 * np.abs(by_hand).max()
+
+
+def _encoded_rows(target: Model, head_path: Path, layers, tokens: list[int]) -> np.ndarray:
+    """The g rows llama.cpp's driver makes: a fresh target context's layer inputs, encoded."""
+    n, width = len(tokens), llama_cpp.llama_model_n_embd(target.model)
+    ctx = _context(target.model, None, target)
+    for layer in layers:
+        _set_layer_input(ctx, layer, True)
+    batch = llama_cpp.llama_batch_init(n, 0, 1)
+    for i, token in enumerate(tokens):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = token, i, 1, 0
+        batch.logits[i] = i == n - 1
+    batch.n_tokens = n
+    assert llama_cpp.llama_decode(ctx, batch) == 0
+    joined = np.concatenate(
+        [np.ctypeslib.as_array(_layer_input(ctx, layer), shape=(n, width)) for layer in layers], axis=1
+    )
+    head = target.head
+    assert head is not None
+    rows = head._encode(joined)
+    llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
+    return rows
+
+
+def _context(model, other, target: Model):
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = 512, 128, 128
+    params.flash_attn_type = target.flash_attn_type
+    if other is not None:
+        params.ctx_other = other
+    return llama_cpp.llama_init_from_model(model, params)
+
+
+def _decoded(target: Model, head_path: Path, g: np.ndarray, paired: list[int]) -> np.ndarray:
+    """A fresh head context given `paired[k]` with g[k] at position k, as llama.cpp's driver gives
+    them (a verified batch without outputs, then the last token alone): the logits after it."""
+    weights = llama_cpp.llama_model_load_from_file(
+        str(head_path).encode(), llama_cpp.llama_model_default_params()
+    )
+    ctx = _context(weights, target.ctx, target)
+    n, width = len(paired), g.shape[1]
+    batch = llama_cpp.llama_batch_init(n, width, 1)
+    ids = (llama_cpp.llama_token * n)()
+    batch.token = ids
+    rows = np.ctypeslib.as_array(batch.embd, shape=(n, width))
+    for first, stop in ((0, n - 1), (n - 1, n)):
+        for i, k in enumerate(range(first, stop)):
+            ids[i], rows[i] = paired[k], g[k]
+            batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0], batch.logits[i] = k, 1, 0, k == n - 1
+        batch.n_tokens = stop - first
+        assert llama_cpp.llama_decode(ctx, batch) == 0
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(target.n_vocab,)).copy()
+    batch.token = None
+    llama_cpp.llama_batch_free(batch)
+    llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(weights)
+    return logits
+
+
+def test_the_test_head_predicts_its_target(pairs: Pairs):
+    """The designed pair stays meaningful: about half its drafts two deep are accepted (a random
+    head's, about 1 in 100; the head does not see the first token, to which the target attends)."""
+    with load(pairs.target, pairs.good) as target:
+        assert target.head is not None and target.head.kind == "eagle3"
+        engine = SpeculativeEngine(target, MtpDrafter(target.head), "eagle3")
+        drafted = accepted = 0
+        for text in PROMPTS:
+            stats = generate(engine, target.tokenize(text), "fixed", draft_max=2).stats
+            drafted, accepted = drafted + stats.n_drafted, accepted + stats.n_accepted
+        assert drafted > 40 and accepted / drafted > 0.4, (accepted, drafted)
+
+
+@pytest.mark.parametrize("name", ["good", "mixed"])
+@pytest.mark.parametrize("mode", ["fixed", "auto", "chain", "tree"])
+def test_greedy_output_with_the_head_is_the_target_alones(pairs: Pairs, name: str, mode: str):
+    target_path, head = (pairs.target, pairs.good) if name == "good" else (pairs.mixed_target, pairs.mixed)
+    with load(target_path, head, BRANCHES if mode == "tree" else 1) as target:
+        assert target.head is not None
+        drafter = CountingTree(target.head, BRANCHES) if mode == "tree" else MtpDrafter(target.head)
+        engine = SpeculativeEngine(
+            target, ChainDrafter([NgramDrafter(), drafter]) if mode == "chain" else drafter
+        )
+        alone = SpeculativeEngine(target, None)
+        for text in PROMPTS:
+            prompt = target.tokenize(text)
+            expected = generate(alone, prompt, "fixed").tokens
+            done = generate(engine, prompt, "auto" if mode == "auto" else "fixed")
+            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+
+
+def test_under_a_grammar_the_head_drafts_what_the_constrained_target_says(pairs: Pairs):
+    grammar = "root ::= ([ ]? [a-s] [a-z]*)+"
+    with load(pairs.target, pairs.good) as target:
+        assert target.head is not None
+        engine, alone = SpeculativeEngine(target, MtpDrafter(target.head)), SpeculativeEngine(target, None)
+        config = GenerationConfig(
+            max_tokens=32,
+            sampling=SamplingParams(temperature=0.0),
+            draft_mode="fixed",
+            draft_max=4,
+            grammar=grammar,
+        )
+        for text in PROMPTS[:2]:
+            prompt = target.tokenize(text)
+            expected = drain(alone.generate(prompt, config)).tokens
+            done = drain(engine.generate(prompt, config))
+            assert done.stats.n_accepted > 0
+            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+
+
+@pytest.mark.parametrize("tree", [False, True], ids=["chain", "tree"])
+def test_the_heads_cache_follows_the_target_through_rejections(pairs: Pairs, tree: bool):
+    """After a generation with rejections the head predicts what a head that never drafted does."""
+    with load(pairs.mixed_target, pairs.mixed, BRANCHES if tree else 1) as target:
+        assert target.head is not None
+        drafter = CountingTree(target.head, BRANCHES) if tree else MtpDrafter(target.head)
+        prompt = target.tokenize(PROMPTS[1])
+        done = generate(SpeculativeEngine(target, drafter), prompt, "fixed", draft_max=4)
+        assert done.stats.n_accepted < done.stats.n_drafted and (not tree or drafter.branched)
+        context = [*prompt, *done.tokens]
+        after = target.head.sync(context).copy()
+    with load(pairs.mixed_target, pairs.mixed) as fresh:
+        assert fresh.head is not None
+        fresh.prefill(context[:-1])
+        expected = fresh.head.sync(context)
+        assert np.abs(after - expected).max() < 1e-3 * np.abs(expected).max()
+
+
+def test_without_the_targets_rows_the_mixed_head_predicts_otherwise(pairs: Pairs):
+    """The check above can fail: handed no rows, the mixed head predicts other logits."""
+    with load(pairs.mixed_target, pairs.mixed) as target:
+        assert target.head is not None and target.hidden is not None
+        context = target.tokenize(PROMPTS[2])
+        target.prefill(context[:-1])
+        right = target.head.sync(context).copy()
+        target.hidden.cut(0)
+        target.head.exact = 0
+        wrong = target.head.sync(context)
+        assert np.abs(right - wrong).max() > 0.1 * np.abs(right).max()
+
+
+def test_the_head_leaves_out_the_first_token(pairs: Pairs):
+    """No row precedes the first token: it has no entry in the head's cache (llama.cpp's has none)."""
+    with load(pairs.target, pairs.good) as target:
+        assert target.head is not None
+        context = target.tokenize(PROMPTS[0])
+        target.prefill(context[:-1])
+        target.head.sync(context)
+        memory = target.head.memory
+        assert llama_cpp.llama_memory_seq_pos_min(memory, 0) == 1
+        assert llama_cpp.llama_memory_seq_pos_max(memory, 0) == len(context) - 1
+        assert llama_cpp_ext is not None
+
+
+# --- through the commands ------------------------------------------------------------------------
+
+
+def test_run_drafts_with_the_head_and_says_so(pairs: Pairs):
+    for text in PROMPTS:
+        base = ["run", "-m", str(pairs.target), "-p", text, "-n", "32", "--temp", "0", "--json"]
+        alone = json.loads(localspec(*base, "-d", "none", "--no-lookup").stdout)
+        res = localspec(*base, "-d", str(pairs.good), "--no-lookup", "--draft-mode", "fixed")
+        drafted = json.loads(res.stdout)
+        assert drafted["stats"]["drafter"] == "eagle3" and drafted["stats"]["n_accepted"] > 0
+        assert drafted["model_files"]["draft"] == str(pairs.good)
+        assert drafted["tokens"] == alone["tokens"]
+    summary = localspec("run", "-m", str(pairs.target), "-d", str(pairs.good), "-p", PROMPTS[0], "-n", "16")
+    assert "drafter eagle3" in summary.stderr, summary.stderr
+
+
+def test_serve_drafts_with_the_head_and_answers_what_run_does(pairs: Pairs):
+    base = ["-m", str(pairs.target), "-d", str(pairs.good)]
+    run = json.loads(
+        localspec("run", *base, "-p", PROMPTS[1], "-n", "24", "--temp", "0", "--raw", "--json").stdout
+    )
+    served = start(*base)
+    try:
+        assert any("eagle3" in line for line in served.log), served.log
+        reply = served.client().completions.create(
+            model="any", prompt=PROMPTS[1], max_tokens=24, temperature=0
+        )
+        assert reply.choices[0].text == run["text"]
+    finally:
+        assert served.stop() == 0
+
+
+def test_bench_runs_the_head(pairs: Pairs):
+    res = localspec(
+        "bench", "-m", str(pairs.target), "-d", str(pairs.good), "--modes", "auto,fixed-4", "--limit", "1",
+        "-n", "16", "--json",
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    result = json.loads(res.stdout)
+    summary = {s["mode"]: s for s in result["summary"] if s["category"] == "all"}
+    assert set(summary) == {"baseline", "auto", "fixed-4"} and not result["mismatches"]
+    assert summary["fixed-4"]["acceptance_rate"] > 0.3
+
+
+def test_chat_with_the_head_replies_what_the_target_alone_does(pairs: Pairs, tmp_path: Path):
+    """Two turns piped into `chat` (the second reusing the head's cache of the first): the saved
+    replies are the target alone's."""
+    replies = {}
+    for drafter in (str(pairs.good), "none"):
+        out = tmp_path / f"{Path(drafter).stem}.json"
+        script = f"{PROMPTS[0]}\n{PROMPTS[1]}\n/save {out}\n".encode()
+        res = subprocess.run(
+            [*CLI, "chat", "-m", str(pairs.target), "-d", drafter, "--temp", "0", "-n", "24"],
+            input=script,
+            capture_output=True,
+            env={**os.environ, "XDG_STATE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"},
+            timeout=120,
+        )
+        assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+        messages = json.loads(out.read_text())["messages"]
+        replies[drafter] = [m["content"] for m in messages if m["role"] == "assistant"]
+    assert len(replies["none"]) == 2 and replies[str(pairs.good)] == replies["none"]
