@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 
 import openai
-from cli_helpers import CLI
+from cli_helpers import CLI, localspec
 
 
 @dataclass
@@ -82,3 +82,18 @@ def call(
     except ValueError:
         parsed = payload.decode()
     return res.status, parsed, dict(res.getheaders())
+
+
+def assert_serves_what_run_does(models: list[str], prompt: str, drafting: str) -> None:
+    """A server of `models` (-m/-d arguments) says it drafts with `drafting` and completes `prompt`
+    greedily as `localspec run --raw` does."""
+    run = json.loads(
+        localspec("run", *models, "-p", prompt, "-n", "24", "--temp", "0", "--raw", "--json").stdout
+    )
+    served = start(*models)
+    try:
+        assert any(f"drafting: {drafting}" in line for line in served.log), served.log
+        reply = served.client().completions.create(model="any", prompt=prompt, max_tokens=24, temperature=0)
+        assert reply.choices[0].text == run["text"]
+    finally:
+        assert served.stop() == 0

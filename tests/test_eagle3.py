@@ -17,8 +17,7 @@ import pytest
 from cli_helpers import CLI, assert_one_line_error, localspec
 from conftest import TinyModels, assert_greedy_equivalent, model_options
 from counting_tree import CountingTree
-from llama_cpp import llama_cpp_ext
-from server_helpers import start
+from server_helpers import assert_serves_what_run_does
 from tiny_drafters import write_assistant, write_dflash, write_eagle3
 from tiny_models import tiny_vocabulary
 
@@ -299,7 +298,6 @@ def test_the_head_leaves_out_the_first_token(pairs: Pairs):
         memory = target.head.memory
         assert llama_cpp.llama_memory_seq_pos_min(memory, 0) == 1
         assert llama_cpp.llama_memory_seq_pos_max(memory, 0) == len(context) - 1
-        assert llama_cpp_ext is not None
 
 
 # --- through the commands ------------------------------------------------------------------------
@@ -319,19 +317,7 @@ def test_run_drafts_with_the_head_and_says_so(pairs: Pairs):
 
 
 def test_serve_drafts_with_the_head_and_answers_what_run_does(pairs: Pairs):
-    base = ["-m", str(pairs.target), "-d", str(pairs.good)]
-    run = json.loads(
-        localspec("run", *base, "-p", PROMPTS[1], "-n", "24", "--temp", "0", "--raw", "--json").stdout
-    )
-    served = start(*base)
-    try:
-        assert any("eagle3" in line for line in served.log), served.log
-        reply = served.client().completions.create(
-            model="any", prompt=PROMPTS[1], max_tokens=24, temperature=0
-        )
-        assert reply.choices[0].text == run["text"]
-    finally:
-        assert served.stop() == 0
+    assert_serves_what_run_does(["-m", str(pairs.target), "-d", str(pairs.good)], PROMPTS[1], "eagle3")
 
 
 def test_bench_runs_the_head(pairs: Pairs):

@@ -13,7 +13,7 @@ import pytest
 from cli_helpers import assert_one_line_error, localspec
 from conftest import assert_greedy_equivalent, model_options
 from counting_tree import CountingTree
-from server_helpers import start
+from server_helpers import assert_serves_what_run_does
 from tiny_models import tiny_vocabulary
 
 from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
@@ -326,20 +326,7 @@ def test_a_target_with_heads_drafts_with_them_by_default(files: Files):
 
 
 def test_serve_drafts_with_the_heads_and_answers_what_run_does(files: Files):
-    run = json.loads(
-        localspec(
-            "run", "-m", str(files.good), "-p", PROMPTS[1], "-n", "24", "--temp", "0", "--raw", "--json"
-        ).stdout
-    )
-    served = start("-m", str(files.good))
-    try:
-        assert any("drafting: mtp" in line for line in served.log), served.log
-        reply = served.client().completions.create(
-            model="any", prompt=PROMPTS[1], max_tokens=24, temperature=0
-        )
-        assert reply.choices[0].text == run["text"]
-    finally:
-        assert served.stop() == 0
+    assert_serves_what_run_does(["-m", str(files.good)], PROMPTS[1], "mtp")
 
 
 def test_bench_runs_the_heads_as_a_mode(files: Files):
