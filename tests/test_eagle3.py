@@ -206,6 +206,25 @@ def _decoded(target: Model, head_path: Path, g: np.ndarray, paired: list[int]) -
     return logits
 
 
+def test_a_head_with_a_reduced_vocabulary_drafts_only_the_ids_it_maps(tiny: TinyModels, tmp_path: Path):
+    """`d2t` maps the head's rows to target ids (heads for Llama 3.3 70B): the other ids get no
+    probability (so no draft can propose them), and the output is the target alone's."""
+    mapped = tuple(range(259, 315))
+    head_path = write_eagle3(tmp_path / "d2t.gguf", d2t=mapped)
+    options = replace(model_options(), head_file=HeadFile(head_path, (0, 1, 1)))
+    with Model(tiny.target, options) as target:
+        assert target.head is not None
+        prompt = target.tokenize(PROMPTS[0])
+        target.prefill(prompt[:-1])
+        logits = target.head.sync(prompt).copy()
+        outside = np.setdiff1d(np.arange(target.n_vocab), mapped)
+        assert np.isneginf(logits[outside]).all() and np.isfinite(logits[list(mapped)]).all()
+        done = generate(SpeculativeEngine(target, MtpDrafter(target.head)), prompt, "fixed", n=24)
+        expected = generate(SpeculativeEngine(target, None), prompt, "fixed", n=24).tokens
+        assert_greedy_equivalent(target, prompt, expected, done.tokens)
+        assert done.stats.n_drafted > 0
+
+
 def test_the_test_head_predicts_its_target(pairs: Pairs):
     """The designed pair stays meaningful: about half its drafts two deep are accepted (a random
     head's, about 1 in 100; the head does not see the first token, to which the target attends)."""

@@ -40,9 +40,12 @@ def write_eagle3(
     n_head: int = 4,
     n_ff: int = 128,
     pad: int = 0,
+    d2t: tuple[int, ...] = (),
 ) -> Path:
     """A random one-layer EAGLE-3 head reading `layers` of a target of hidden size `target_hidden`,
-    borrowing its token embeddings and output projection (as heads for Llama 3.1 8B do)."""
+    borrowing its token embeddings and output projection (as heads for Llama 3.1 8B do), or (`d2t`)
+    with an output projection of its own over a reduced vocabulary: its rows are the target ids
+    `d2t` lists."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "eagle3")
     w.add_name("tiny-eagle3")
@@ -56,6 +59,9 @@ def write_eagle3(
 
     w.add_tensor("fc.weight", mat(n_embd, len(layers) * target_hidden))
     w.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    if d2t:
+        w.add_tensor("output.weight", mat(len(d2t), n_embd) * 3.0)
+        w.add_tensor("d2t", np.asarray(d2t, dtype=np.int64))
     for name in ("attn_norm", "attn_norm_2", "ffn_norm"):
         w.add_tensor(f"blk.0.{name}.weight", np.ones(n_embd, np.float32))
     for name in ("attn_q", "attn_k", "attn_v"):
