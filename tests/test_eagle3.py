@@ -23,7 +23,7 @@ from tiny_models import tiny_vocabulary
 
 from benchmarks.testbeds.eagle3_model import Eagle3Spec, write_eagle3_pair
 from localspec.backend.drafter_files import ASSISTANT, DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, drafter_file
-from localspec.backend.eagle3 import _layer_input, _set_layer_input
+from localspec.backend.eagle3 import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.gguf_file import check_gguf
 from localspec.backend.model import Model
 from localspec.backend.model_options import HeadFile
@@ -152,17 +152,14 @@ def _encoded_rows(target: Model, head_path: Path, layers, tokens: list[int]) -> 
     """The g rows llama.cpp's driver makes: a fresh target context's layer inputs, encoded."""
     n, width = len(tokens), llama_cpp.llama_model_n_embd(target.model)
     ctx = _context(target.model, None, target)
-    for layer in layers:
-        _set_layer_input(ctx, layer, True)
+    hand_out_layer_inputs(ctx, layers)
     batch = llama_cpp.llama_batch_init(n, 0, 1)
     for i, token in enumerate(tokens):
         batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = token, i, 1, 0
         batch.logits[i] = i == n - 1
     batch.n_tokens = n
     assert llama_cpp.llama_decode(ctx, batch) == 0
-    joined = np.concatenate(
-        [np.ctypeslib.as_array(_layer_input(ctx, layer), shape=(n, width)) for layer in layers], axis=1
-    )
+    joined = joined_layer_inputs(ctx, layers, n, width)
     head = target.head
     assert head is not None
     rows = head._encode(joined)

@@ -11,24 +11,11 @@ import gguf
 import numpy as np
 from tiny_models import add_tokenizer, vocabulary
 
+from benchmarks.testbeds.eagle3_model import add_header, finish
+
 
 def _header(w: gguf.GGUFWriter, n_embd: int, n_head: int, n_ff: int) -> None:
-    w.add_block_count(1)
-    w.add_context_length(2048)
-    w.add_embedding_length(n_embd)
-    w.add_feed_forward_length(n_ff)
-    w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
-    w.add_rope_dimension_count(n_embd // n_head)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_file_type(gguf.LlamaFileType.ALL_F32)
-
-
-def _write(w: gguf.GGUFWriter) -> None:
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    add_header(w, 1, n_embd, n_head, n_ff, 2048, 1e-5, False)
 
 
 def write_eagle3(
@@ -70,7 +57,7 @@ def write_eagle3(
     w.add_tensor("blk.0.ffn_gate.weight", mat(n_ff, n_embd))
     w.add_tensor("blk.0.ffn_up.weight", mat(n_ff, n_embd))
     w.add_tensor("blk.0.ffn_down.weight", mat(n_embd, n_ff))
-    _write(w)
+    finish(w, {})
     return path
 
 
@@ -87,7 +74,7 @@ def write_dflash(
     w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, np.float32))
     if markov:
         w.add_tensor("markov_w1.weight", np.zeros((len(vocabulary()[0]), 8), np.float32))
-    _write(w)
+    finish(w, {})
     return path
 
 
@@ -99,5 +86,5 @@ def write_assistant(path: Path, target_hidden: int = 64, n_embd: int = 32) -> Pa
     w.add_uint32("gemma4-assistant.embedding_length_out", target_hidden)
     add_tokenizer(w, *vocabulary())
     w.add_tensor("blk.0.attn_norm.weight", np.ones(n_embd, np.float32))
-    _write(w)
+    finish(w, {})
     return path

@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 
 from benchmarks.harness import options
-from localspec.backend.eagle3 import _layer_input, _set_layer_input
+from localspec.backend.eagle3 import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.model import Model
 from localspec.backend.model_options import ModelOptions
 from localspec.engine.events import drain
@@ -40,8 +40,7 @@ def _features(target: Model, tokens: list[int], layers: tuple[int, ...]) -> tupl
     params.n_ctx = params.n_batch = params.n_ubatch = max(CHUNK, len(tokens))
     params.n_threads = params.n_threads_batch = target.threads
     ctx = llama_cpp.llama_init_from_model(target.model, params)
-    for layer in layers:
-        _set_layer_input(ctx, layer, True)
+    hand_out_layer_inputs(ctx, layers)
     width = llama_cpp.llama_model_n_embd(target.model)
     batch = llama_cpp.llama_batch_init(CHUNK, 0, 1)
     rows, labels = [], []
@@ -56,12 +55,7 @@ def _features(target: Model, tokens: list[int], layers: tuple[int, ...]) -> tupl
                 raise SystemExit("llama_decode failed")
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(len(part), target.n_vocab))
             labels.append(logits.argmax(axis=1).astype(np.int32))
-            rows.append(
-                np.concatenate(
-                    [np.ctypeslib.as_array(_layer_input(ctx, i), shape=(len(part), width)) for i in layers],
-                    axis=1,
-                ).astype(np.float16)
-            )
+            rows.append(joined_layer_inputs(ctx, layers, len(part), width).astype(np.float16))
     finally:
         llama_cpp.llama_batch_free(batch)
         llama_cpp.llama_free(ctx)

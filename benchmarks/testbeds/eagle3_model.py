@@ -96,29 +96,38 @@ def _head(spec: Eagle3Spec, real: dict[str, np.ndarray], rng: np.random.Generato
     return w
 
 
-def _writer(path: Path, arch: str, spec: Eagle3Spec, vocabulary: Vocabulary, n_layer: int) -> gguf.GGUFWriter:
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_name(f"{arch}-test")
-    vocabulary(w)
+def add_header(
+    w: gguf.GGUFWriter, n_layer: int, n_embd: int, n_head: int, n_ff: int, n_ctx: int, eps: float, f16: bool
+) -> None:
+    """A llama-shaped model's hyper-parameters (as many KV heads as heads): the target's and its
+    head's here, and the tests' tiny drafters'."""
     w.add_block_count(n_layer)
-    w.add_context_length(spec.n_ctx)
-    w.add_embedding_length(spec.n_embd)
-    w.add_feed_forward_length(spec.n_ff)
-    w.add_head_count(spec.n_head)
-    w.add_head_count_kv(spec.n_head)
-    w.add_rope_dimension_count(spec.n_embd // spec.n_head)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.f16 else gguf.LlamaFileType.ALL_F32)
-    return w
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
 
 
-def _write(w: gguf.GGUFWriter, tensors: dict[str, np.ndarray], f16: bool) -> None:
+def finish(w: gguf.GGUFWriter, tensors: dict[str, np.ndarray], f16: bool = False) -> None:
+    """Add `tensors` (matrices in F16 with `f16`) and write the file."""
     for name, value in tensors.items():
         w.add_tensor(name, value.astype(np.float16) if value.ndim > 1 and f16 else value)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+
+
+def _writer(path: Path, arch: str, spec: Eagle3Spec, vocabulary: Vocabulary, n_layer: int) -> gguf.GGUFWriter:
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"{arch}-test")
+    vocabulary(w)
+    add_header(w, n_layer, spec.n_embd, spec.n_head, spec.n_ff, spec.n_ctx, 1e-6, spec.f16)
+    return w
 
 
 def write_eagle3_pair(
@@ -130,10 +139,10 @@ def write_eagle3_pair(
     n_vocab = vocabulary(probe)
     probe.close()
     weights, real = _target(spec, n_vocab, rng)
-    _write(_writer(target, "llama", spec, vocabulary, spec.n_layer), weights, spec.f16)
+    finish(_writer(target, "llama", spec, vocabulary, spec.n_layer), weights, spec.f16)
     w = _writer(head, "eagle3", spec, vocabulary, 1)
     w.add_array("eagle3.target_layers", list(spec.layers))
     w.add_uint32("eagle3.target_hidden_size", spec.n_embd)
     w.add_bool("eagle3.norm_before_residual", True)
-    _write(w, _head(spec, real, rng), spec.f16)
+    finish(w, _head(spec, real, rng), spec.f16)
     return target, head

@@ -21,6 +21,7 @@ The head borrows the target's token embeddings and output projection where it ha
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,23 +51,44 @@ def _symbol(names: Sequence[str], argtypes: list[Any], restype: Any) -> Any:
     raise LocalspecError("this llama.cpp build exports no layer inputs (EAGLE-3 needs llama-ext.h's)")
 
 
-_CTX = llama_cpp.llama_context_p_ctypes
-_set_layer_input = _symbol(
-    (
-        "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
-        "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z",
-    ),
-    [_CTX, ctypes.c_uint32, ctypes.c_bool],
-    None,
-)
-_layer_input = _symbol(
-    (
-        "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
-        "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
-    ),
-    [_CTX, ctypes.c_uint32],
-    ctypes.POINTER(ctypes.c_float),
-)
+@functools.cache
+def _layer_functions() -> tuple[Any, Any]:
+    """llama-ext.h's setter and getter of layer inputs, found on first use: a build without them
+    fails where an EAGLE-3 head is asked for, not wherever localspec is imported."""
+    ctx = llama_cpp.llama_context_p_ctypes
+    setter = _symbol(
+        (
+            "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+            "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z",
+        ),
+        [ctx, ctypes.c_uint32, ctypes.c_bool],
+        None,
+    )
+    getter = _symbol(
+        (
+            "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+            "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
+        ),
+        [ctx, ctypes.c_uint32],
+        ctypes.POINTER(ctypes.c_float),
+    )
+    return setter, getter
+
+
+def hand_out_layer_inputs(ctx: Any, layers: Sequence[int]) -> None:
+    """Make every later pass of `ctx` hand out the inputs of `layers`."""
+    setter, _ = _layer_functions()
+    for layer in layers:
+        setter(ctx, layer, True)
+
+
+def joined_layer_inputs(ctx: Any, layers: Sequence[int], n: int, width: int) -> np.ndarray:
+    """The inputs of `layers` (each `width` wide) for the n tokens of `ctx`'s last pass, side by
+    side: one (n, len(layers) * width) row a token, as an EAGLE-3 encoder takes them."""
+    _, getter = _layer_functions()
+    return np.concatenate(
+        [np.ctypeslib.as_array(getter(ctx, layer), shape=(n, width)) for layer in layers], axis=1
+    )
 
 
 class TargetFeatures(HiddenRows):
@@ -80,14 +102,7 @@ class TargetFeatures(HiddenRows):
 
     def _rows(self, ctx: Any, n: int) -> np.ndarray:
         assert self.encode is not None
-        joined = np.concatenate(
-            [
-                np.ctypeslib.as_array(_layer_input(ctx, layer), shape=(n, self.n_embd_target))
-                for layer in self.layers
-            ],
-            axis=1,
-        )
-        return self.encode(joined)
+        return self.encode(joined_layer_inputs(ctx, self.layers, n, self.n_embd_target))
 
 
 class Eagle3Head(MtpHead):
@@ -180,6 +195,5 @@ def attach_eagle3(target: Target, head: HeadFile) -> tuple[TargetFeatures, Eagle
     weights = load_weights(path, head.n_gpu_layers, False)
     n_embd = llama_cpp.llama_model_n_embd(weights)
     features = TargetFeatures(layers, llama_cpp.llama_model_n_embd(target.model), n_embd)
-    for layer in layers:
-        _set_layer_input(target.ctx, layer, True)
+    hand_out_layer_inputs(target.ctx, layers)
     return features, Eagle3Head(target, path, weights, features)
