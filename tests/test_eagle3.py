@@ -5,32 +5,34 @@ its cache follows the target through rejections, in run, serve and bench."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import llama_cpp
 import numpy as np
 import pytest
-from cli_helpers import CLI, assert_one_line_error, localspec
+from cli_helpers import assert_one_line_error, localspec
 from conftest import TinyModels, assert_greedy_equivalent, model_options
 from counting_tree import CountingTree
+from drafter_helpers import (
+    assert_run_drafts_with,
+    bench_summary,
+    chat_replies,
+    drafted_as_alone,
+    generate,
+    raw_context,
+)
 from server_helpers import assert_serves_what_run_does
 from tiny_drafters import write_assistant, write_dflash, write_eagle3
 from tiny_models import tiny_vocabulary
 
 from benchmarks.testbeds.eagle3_model import Eagle3Spec, write_eagle3_pair
 from localspec.backend.drafter_files import ASSISTANT, DFLASH, DRAFT_MODEL, DSPARK, EAGLE3, drafter_file
-from localspec.backend.eagle3 import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.gguf_file import check_gguf
+from localspec.backend.layer_inputs import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.model import Model
 from localspec.backend.model_options import HeadFile
-from localspec.drafters.base import DraftSettings
-from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.mtp import MtpDrafter
-from localspec.drafters.ngram import NgramDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams
@@ -62,17 +64,6 @@ def load(target: Path, head: Path, n_seq_max: int = 1) -> Model:
     return Model(target, replace(model_options(), head_file=HeadFile(head, LAYERS), n_seq_max=n_seq_max))
 
 
-def generate(engine: SpeculativeEngine, prompt: list[int], mode: str, n: int = 48, draft_max: int = 6):
-    config = GenerationConfig(
-        max_tokens=n,
-        sampling=SamplingParams(temperature=0.0),
-        draft_mode=mode,
-        draft_max=draft_max,
-        drafting=DraftSettings(p_split=0.05),
-    )
-    return drain(engine.generate(prompt, config))
-
-
 # --- what a file holds, and for which target ------------------------------------------------------
 
 
@@ -100,6 +91,7 @@ def test_each_kind_is_recognised_from_its_file(tiny: TinyModels, tmp_path: Path)
         (lambda p: write_eagle3(p, layers=(0, 1, 2)), "reading layers [0, 1, 2]; target.gguf has 2 layers"),
         (lambda p: write_eagle3(p, pad=16), "with a vocabulary of 331 tokens; target.gguf has 315"),
         (lambda p: write_dflash(p, n_embd=32), "DFlash block drafter for a target of hidden size 32"),
+        (lambda p: write_dflash(p, pad=16), "DFlash block drafter with a vocabulary of 331 tokens"),
         (lambda p: write_dflash(p, layers=(1, 5), markov=True), "DSpark block drafter reading layers [1, 5]"),
         (write_assistant, "Gemma 4 assistant (an MTP drafter in its own file), made for a Gemma 4 target"),
     ],
@@ -108,6 +100,7 @@ def test_each_kind_is_recognised_from_its_file(tiny: TinyModels, tmp_path: Path)
         "eagle3-layers",
         "eagle3-vocabulary",
         "dflash-hidden",
+        "dflash-vocabulary",
         "dspark-layers",
         "assistant",
     ],
@@ -120,11 +113,21 @@ def test_a_drafter_made_for_another_target_is_refused_in_one_line(
     assert_one_line_error(res, fragment)
 
 
-@pytest.mark.parametrize("markov", [False, True], ids=["dflash", "dspark"])
-def test_a_block_drafter_for_this_target_is_refused_in_one_line(tiny: TinyModels, tmp_path, markov):
-    drafter = write_dflash(tmp_path / "drafter.gguf", markov=markov)
+@pytest.mark.parametrize(
+    "write,fragment",
+    [
+        (lambda p: write_dflash(p, markov=True), "DSpark block drafter: localspec does not draft"),
+        (lambda p: write_dflash(p, selector=True), "(DFlash2 (a selector lattice)): localspec does not"),
+        (lambda p: write_dflash(p, mask=None), "DFlash block drafter (no mask token): localspec does not"),
+    ],
+    ids=["dspark", "dflash2", "no-mask"],
+)
+def test_a_block_drafter_localspec_does_not_run_is_refused_in_one_line(
+    tiny: TinyModels, tmp_path, write, fragment
+):
+    drafter = write(tmp_path / "drafter.gguf")
     res = localspec("run", "-m", str(tiny.target), "-d", str(drafter), "-p", "hi", "-n", "4")
-    assert_one_line_error(res, "localspec does not draft with these yet")
+    assert_one_line_error(res, fragment)
 
 
 # --- the EAGLE-3 head -------------------------------------------------------------------------
@@ -151,7 +154,7 @@ def test_the_head_reads_the_target_as_llama_cpp_feeds_it(tiny: TinyModels, tmp_p
 def _encoded_rows(target: Model, head_path: Path, layers, tokens: list[int]) -> np.ndarray:
     """The g rows llama.cpp's driver makes: a fresh target context's layer inputs, encoded."""
     n, width = len(tokens), llama_cpp.llama_model_n_embd(target.model)
-    ctx = _context(target.model, None, target)
+    ctx = raw_context(target.model, None, target)
     hand_out_layer_inputs(ctx, layers)
     batch = llama_cpp.llama_batch_init(n, 0, 1)
     for i, token in enumerate(tokens):
@@ -168,22 +171,13 @@ def _encoded_rows(target: Model, head_path: Path, layers, tokens: list[int]) -> 
     return rows
 
 
-def _context(model, other, target: Model):
-    params = llama_cpp.llama_context_default_params()
-    params.n_ctx, params.n_batch, params.n_ubatch = 512, 128, 128
-    params.flash_attn_type = target.flash_attn_type
-    if other is not None:
-        params.ctx_other = other
-    return llama_cpp.llama_init_from_model(model, params)
-
-
 def _decoded(target: Model, head_path: Path, g: np.ndarray, paired: list[int]) -> np.ndarray:
     """A fresh head context given `paired[k]` with g[k] at position k, as llama.cpp's driver gives
     them (a verified batch without outputs, then the last token alone): the logits after it."""
     weights = llama_cpp.llama_model_load_from_file(
         str(head_path).encode(), llama_cpp.llama_model_default_params()
     )
-    ctx = _context(weights, target.ctx, target)
+    ctx = raw_context(weights, target.ctx, target)
     n, width = len(paired), g.shape[1]
     batch = llama_cpp.llama_batch_init(n, width, 1)
     ids = (llama_cpp.llama_token * n)()
@@ -242,15 +236,7 @@ def test_greedy_output_with_the_head_is_the_target_alones(pairs: Pairs, name: st
     with load(target_path, head, BRANCHES if mode == "tree" else 1) as target:
         assert target.head is not None
         drafter = CountingTree(target.head, BRANCHES) if mode == "tree" else MtpDrafter(target.head)
-        engine = SpeculativeEngine(
-            target, ChainDrafter([NgramDrafter(), drafter]) if mode == "chain" else drafter
-        )
-        alone = SpeculativeEngine(target, None)
-        for text in PROMPTS:
-            prompt = target.tokenize(text)
-            expected = generate(alone, prompt, "fixed").tokens
-            done = generate(engine, prompt, "auto" if mode == "auto" else "fixed")
-            assert_greedy_equivalent(target, prompt, expected, done.tokens)
+        drafted_as_alone(target, drafter, mode, PROMPTS)
 
 
 def test_under_a_grammar_the_head_drafts_what_the_constrained_target_says(pairs: Pairs):
@@ -320,16 +306,8 @@ def test_the_head_leaves_out_the_first_token(pairs: Pairs):
 
 
 def test_run_drafts_with_the_head_and_says_so(pairs: Pairs):
-    for text in PROMPTS:
-        base = ["run", "-m", str(pairs.target), "-p", text, "-n", "32", "--temp", "0", "--json"]
-        alone = json.loads(localspec(*base, "-d", "none", "--no-lookup").stdout)
-        res = localspec(*base, "-d", str(pairs.good), "--no-lookup", "--draft-mode", "fixed")
-        drafted = json.loads(res.stdout)
-        assert drafted["stats"]["drafter"] == "eagle3" and drafted["stats"]["n_accepted"] > 0
-        assert drafted["model_files"]["draft"] == str(pairs.good)
-        assert drafted["tokens"] == alone["tokens"]
-    summary = localspec("run", "-m", str(pairs.target), "-d", str(pairs.good), "-p", PROMPTS[0], "-n", "16")
-    assert "drafter eagle3" in summary.stderr, summary.stderr
+    stats = assert_run_drafts_with(pairs.target, pairs.good, "eagle3", PROMPTS)
+    assert all(s["n_accepted"] > 0 for s in stats)
 
 
 def test_serve_drafts_with_the_head_and_answers_what_run_does(pairs: Pairs):
@@ -337,32 +315,11 @@ def test_serve_drafts_with_the_head_and_answers_what_run_does(pairs: Pairs):
 
 
 def test_bench_runs_the_head(pairs: Pairs):
-    res = localspec(
-        "bench", "-m", str(pairs.target), "-d", str(pairs.good), "--modes", "auto,fixed-4", "--limit", "1",
-        "-n", "16", "--json",
-    )  # fmt: skip
-    assert res.returncode == 0, res.stderr
-    result = json.loads(res.stdout)
-    summary = {s["mode"]: s for s in result["summary"] if s["category"] == "all"}
-    assert set(summary) == {"baseline", "auto", "fixed-4"} and not result["mismatches"]
-    assert summary["fixed-4"]["acceptance_rate"] > 0.3
+    assert bench_summary(pairs.target, pairs.good)["fixed-4"]["acceptance_rate"] > 0.3
 
 
 def test_chat_with_the_head_replies_what_the_target_alone_does(pairs: Pairs, tmp_path: Path):
     """Two turns piped into `chat` (the second reusing the head's cache of the first): the saved
     replies are the target alone's."""
-    replies = {}
-    for drafter in (str(pairs.good), "none"):
-        out = tmp_path / f"{Path(drafter).stem}.json"
-        script = f"{PROMPTS[0]}\n{PROMPTS[1]}\n/save {out}\n".encode()
-        res = subprocess.run(
-            [*CLI, "chat", "-m", str(pairs.target), "-d", drafter, "--temp", "0", "-n", "24"],
-            input=script,
-            capture_output=True,
-            env={**os.environ, "XDG_STATE_HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"},
-            timeout=120,
-        )
-        assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
-        messages = json.loads(out.read_text())["messages"]
-        replies[drafter] = [m["content"] for m in messages if m["role"] == "assistant"]
-    assert len(replies["none"]) == 2 and replies[str(pairs.good)] == replies["none"]
+    alone = chat_replies(pairs.target, "none", PROMPTS[:2], tmp_path)
+    assert len(alone) == 2 and chat_replies(pairs.target, str(pairs.good), PROMPTS[:2], tmp_path) == alone

@@ -31,10 +31,12 @@ import pytest
 from conftest import model_options
 from counting_tree import CountingTree
 from scipy import stats
+from tiny_drafters import write_dflash, write_gemma4_pair
 from tiny_models import TinySpec, tiny_vocabulary, vocabulary, write_tiny_llama
 
 from benchmarks.testbeds.eagle3_model import Eagle3Spec, write_eagle3_pair
 from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
+from localspec.backend.dflash import DFlashBlock
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.backend.model_options import HeadFile
@@ -42,7 +44,8 @@ from localspec.bench.profiles import RecordedProfile
 from localspec.datastore import store
 from localspec.datastore.meta import Meta, SourceFile
 from localspec.datastore.store import Datastore
-from localspec.drafters.base import DraftSettings
+from localspec.drafters.base import Drafter, DraftSettings
+from localspec.drafters.block import BlockDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.mtp import MtpDrafter
@@ -599,10 +602,22 @@ def test_sampled_output_drafted_by_several_chained_heads_is_the_targets(case: Ca
     _check_mtp(case, profile, target, prompt)
 
 
-# An EAGLE-3 head (benchmarks/testbeds/eagle3_model.py), as unsure and perturbed, its residual
-# taking the target's state: at a fixed length and as a tree.
+# Drafters in files of their own, each over a target it was made for (a fixture each), as a chain
+# at a fixed length (or a tree):
+# - an EAGLE-3 head (benchmarks/testbeds/eagle3_model.py), as unsure and perturbed, its residual
+#   taking the target's state;
+# - a DFlash block drafter over the same target that drafts every token of its block from the
+#   target's own logits after the prompt, blurred (so that drafts are accepted and rejected): each
+#   token sampled from its own row of the block, which never depends on the tokens drafted before;
+# - Gemma 4's assistant (tests/tiny_drafters.py's pair), its first drafted token following the
+#   target's, the later ones from its own state.
 EAGLE3_SPEC = Eagle3Spec(seed=23, logit_scale=0.6, head_noise=0.25, g_weight=0.1)
-EAGLE3_CASES = ((Case("fixed", "same", True, True), None), (Case("tree", "same", False, False), None))
+HEAD_CASES = (
+    ("eagle3", Case("fixed", "same", True, True)),
+    ("eagle3", Case("tree", "same", False, False)),
+    ("dflash", Case("fixed", "same", False, False)),
+    ("gemma4-assistant", Case("fixed", "same", True, False)),
+)
 
 
 @pytest.fixture(scope="module")
@@ -615,20 +630,50 @@ def eagle3(tmp_path_factory: pytest.TempPathFactory):
     target.close()
 
 
-@pytest.mark.parametrize(
-    "case,profile",
-    EAGLE3_CASES,
-    ids=lambda v: v.id.replace("same", "eagle3") if isinstance(v, Case) else None,
-)
-def test_sampled_output_drafted_by_an_eagle3_head_is_the_targets(case: Case, profile, eagle3):
-    target, prompt = eagle3
-    assert target.head is not None and target.head.kind == "eagle3"
-    _check_mtp(case, profile, target, prompt, FAMILY_ALPHA / (2 * len(EAGLE3_CASES)))
+@pytest.fixture(scope="module")
+def dflash(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("dflash")
+    target_path, _ = write_eagle3_pair(folder / "t.gguf", folder / "h.gguf", EAGLE3_SPEC, tiny_vocabulary)
+    target, prompt = _with_prompt(Model(target_path, model_options()))
+    with target:
+        target.prefill(prompt[:-1])
+        after = np.asarray(target.decode(prompt[-1:], all_logits=False), dtype=np.float32)[0].copy()
+    noise = np.random.default_rng(31).standard_normal(after.shape).astype(np.float32)
+    layers = EAGLE3_SPEC.layers[:2]
+    block = write_dflash(folder / "dflash.gguf", layers, block=DRAFT_MAX + 1, rows=0.7 * after + noise)
+    target = Model(target_path, replace(model_options(), head_file=HeadFile(block, layers, kind="dflash")))
+    yield target, prompt
+    target.close()
+
+
+@pytest.fixture(scope="module")
+def assistant(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("assistant")
+    target_path, assistant = write_gemma4_pair(folder / "t.gguf", folder / "a.gguf", logit_scale=2.0)
+    options = replace(model_options(), head_file=HeadFile(assistant, (), kind="gemma4-assistant"))
+    target, prompt = _with_prompt(Model(target_path, options))
+    yield target, prompt
+    target.close()
+
+
+FIXTURES = {"eagle3": "eagle3", "dflash": "dflash", "gemma4-assistant": "assistant"}
+
+
+@pytest.mark.parametrize("kind,case", HEAD_CASES, ids=[f"{kind}-{case.id}" for kind, case in HEAD_CASES])
+def test_sampled_output_drafted_by_a_drafter_made_for_the_target_is_the_targets(
+    kind: str, case: Case, request: pytest.FixtureRequest
+):
+    target, prompt = request.getfixturevalue(FIXTURES[kind])
+    assert target.head is not None and target.head.kind == kind
+    _check_mtp(case, None, target, prompt, FAMILY_ALPHA / (2 * len(HEAD_CASES)))
 
 
 def _check_mtp(case: Case, profile, target: Model, prompt: list[int], alpha: float = MTP_ALPHA) -> None:
     assert target.head is not None
-    heads = CountingTree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
+    if isinstance(target.head, DFlashBlock):
+        heads: Drafter = BlockDrafter(target.head)
+    else:
+        heads = CountingTree(target.head, BRANCHES) if case.mode == "tree" else MtpDrafter(target.head)
     drafter = ChainDrafter([NgramDrafter(), heads]) if case.mode == "chain" else heads
     engine = SpeculativeEngine(target, drafter, case.mode, SimulatedClock(profile) if profile else None)
     joint = exact_pairs(target, prompt, FILTERED if case.filtered else PLAIN)

@@ -410,20 +410,21 @@ target = {{ path = "{tiny.target.parent / "gone.gguf"}" }}
 def hub_2026(tiny: TinyModels, tmp_path: Path):
     """The shipped registry's aliases for the models of 2026, their repositories holding tiny files
     under the names the registry gives (the shipped registry alone: LOCALSPEC_REGISTRY is empty)."""
-    from tiny_drafters import write_assistant
+    from tiny_drafters import write_gemma4_pair
     from tiny_models import tiny_vocabulary
 
     from benchmarks.testbeds.mtp_model import MtpSpec, write_mtp_model
 
     heads = write_mtp_model(tmp_path / "heads.gguf", MtpSpec(seed=5, logit_scale=3.0), tiny_vocabulary)
     target, draft = tiny.target.read_bytes(), tiny.close.read_bytes()
+    gemma4, assistant = (p.read_bytes() for p in write_gemma4_pair(tmp_path / "g4.gguf", tmp_path / "a.gguf"))
     fake = FakeHub()
     fake.repos = {
         "unsloth/Qwen3.6-27B-MTP-GGUF": {"Qwen3.6-27B-Q4_K_M.gguf": heads.read_bytes(), "README.md": b"#"},
         "unsloth/gemma-4-31B-it-GGUF": {
-            "gemma-4-31B-it-Q4_K_M.gguf": target,
-            "gemma-4-31B-it-Q8_0.gguf": target,
-            "mtp-gemma-4-31B-it.gguf": write_assistant(tmp_path / "assistant.gguf").read_bytes(),
+            "gemma-4-31B-it-Q4_K_M.gguf": gemma4,
+            "gemma-4-31B-it-Q8_0.gguf": gemma4,
+            "mtp-gemma-4-31B-it.gguf": assistant,
         },
         "bartowski/Llama-3.3-70B-Instruct-GGUF": {"Llama-3.3-70B-Instruct-Q4_K_M.gguf": target},
         "bartowski/Llama-3.2-1B-Instruct-GGUF": {"Llama-3.2-1B-Instruct-Q8_0.gguf": draft},
@@ -456,7 +457,25 @@ def test_the_aliases_of_2026_pull_their_files_and_draft(hub_2026, alias, target,
     assert row["drafter"] == drafter
     run = cli(hub_2026, "run", "-m", alias, "-p", "the cat", "-n", "8", "--temp", "0", "--json")
     assert run.returncode == 0, run.stderr
-    expected = {"mtp": "mtp", "gemma4-assistant": "ngram", "draft-model": "draft+lookup"}[drafter]
+    expected = {"mtp": "mtp", "gemma4-assistant": "gemma4-assistant", "draft-model": "draft+lookup"}[drafter]
     assert json.loads(run.stdout)["stats"]["drafter"] == expected
-    if drafter == "gemma4-assistant":  # pulled with its target, and told why it does not draft
-        assert "does not run yet: drafting with n-gram prompt lookup instead" in run.stderr
+
+
+def test_an_alias_whose_drafter_localspec_does_not_run_drafts_by_lookup_and_says_so(hub, tmp_path):
+    """A DSpark block drafter beside its target is pulled with it; `run` tells why it drafts by
+    prompt lookup instead (`-d` with the same file is refused: test_eagle3.py)."""
+    from tiny_drafters import write_dflash
+
+    fake, _, home = hub
+    fake.repos["test/spark-GGUF"] = {
+        "spark-Q8_0.gguf": write_dflash(tmp_path / "s.gguf", markov=True).read_bytes()
+    }
+    spark = '["spark"]\ntarget = { repo = "test/target-GGUF", quant = "Q4_K_M" }\n'
+    (home / "registry.toml").write_text(
+        REGISTRY + spark + 'draft = { repo = "test/spark-GGUF", quant = "Q8_0" }\n'
+    )
+    assert cli(hub, "pull", "spark").returncode == 0
+    run = cli(hub, "run", "-m", "spark", "-p", "the cat", "-n", "8", "--temp", "0", "--json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["stats"]["drafter"] == "ngram"
+    assert "a DSpark block drafter, which localspec does not run yet: drafting with n-gram" in run.stderr

@@ -22,7 +22,7 @@ import llama_cpp
 import numpy as np
 
 from benchmarks.harness import options
-from localspec.backend.eagle3 import hand_out_layer_inputs, joined_layer_inputs
+from localspec.backend.layer_inputs import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.model import Model
 from localspec.backend.model_options import ModelOptions
 from localspec.engine.events import drain

@@ -27,19 +27,10 @@ import gguf
 import numpy as np
 
 from benchmarks.harness import options
+from benchmarks.testbeds.target_header import copy_tokenizer, read_target
 
 HEAD_DIM = 64
 PROMPT_SHARE = 0.25  # of prompt positions, the share that carries a loss
-
-
-def _target_tensors(path: Path) -> tuple[np.ndarray, dict, dict]:
-    """The target's token embeddings (its output projection too), its header values, and their
-    GGUF types (the head copies the tokenizer's as they are)."""
-    reader = gguf.GGUFReader(str(path))
-    embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
-    named = {name: field for name, field in reader.fields.items() if not name.startswith("GGUF.")}
-    fields = {name: field.contents() for name, field in named.items()}
-    return np.array(embd.data, dtype=np.float32), fields, {name: field.types for name, field in named.items()}
 
 
 def _model(torch, fields: dict, n_read: int):  # noqa: ANN001
@@ -141,10 +132,7 @@ def _write(path: Path, head, fields: dict, types: dict, layers: list[int]) -> No
     w.add_array("eagle3.target_layers", layers)
     w.add_uint32("eagle3.target_hidden_size", fields[f"{arch}.embedding_length"])
     w.add_bool("eagle3.norm_before_fc", True)
-    for name, value in fields.items():
-        if name.startswith("tokenizer."):
-            kind = types[name]
-            w.add_key_value(name, value, kind[0], sub_type=kind[-1] if len(kind) > 1 else None)
+    copy_tokenizer(w, fields, types)
     t = lambda x: x.detach().numpy().astype(np.float32)  # noqa: E731
     tensors = {
         "fc.weight": head.fc.weight,
@@ -182,7 +170,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     data = np.load(a.data)
-    embd, fields, types = _target_tensors(a.target)
+    fields, types, embd = read_target(a.target, embeddings=True)
     layers = [int(x) for x in data["layers"]]
     head = _model(torch, fields, len(layers))
     table = torch.from_numpy(embd)

@@ -28,7 +28,7 @@ KIND_NAMES = {
     ASSISTANT: "a Gemma 4 assistant (an MTP drafter in its own file)",
 }
 # The kinds localspec drafts with; the others are recognised and refused in one line.
-RUNS = frozenset({DRAFT_MODEL, EAGLE3})
+RUNS = frozenset({DRAFT_MODEL, EAGLE3, DFLASH, ASSISTANT})
 # Architectures whose llama.cpp graph hands out its layers' inputs (the features an EAGLE-3 or
 # DFlash drafter reads: src/models/*.cpp setting t_layer_inp); asking another one for them aborts.
 FEATURE_ARCHS = frozenset(
@@ -61,6 +61,8 @@ class DrafterFile:
     kind: str  # one of KIND_NAMES
     target_layers: tuple[int, ...] = ()  # the target's layers whose inputs it reads
     target_hidden: int | None = None  # the hidden size of the target it was made for
+    # Where a file of a kind localspec runs holds a variant it does not: what that variant is
+    variant: str = ""
 
 
 def _arch(info: GGUFInfo) -> str:
@@ -95,8 +97,21 @@ def drafter_file(info: GGUFInfo) -> DrafterFile:
                 f"its header gives {len(layers)})"
             )
         return DrafterFile(EAGLE3, tuple(layers), _int(info, "target_hidden_size"))
-    markov = any(t.name == "markov_w1.weight" for t in info.tensors)
-    return DrafterFile(DSPARK if markov else DFLASH, tuple(layers), _int(info, "embedding_length"))
+    names = {t.name for t in info.tensors}
+    kind = DSPARK if "markov_w1.weight" in names else DFLASH
+    return DrafterFile(kind, tuple(layers), _int(info, "embedding_length"), _dflash_variant(info, names))
+
+
+def _dflash_variant(info: GGUFInfo, names: set[str]) -> str:
+    """Of a DFlash file, what this localspec does not run: DFlash2's selector, the DeepSeek-V4
+    stages (hyper-connections), a file without the mask token its blocks are made of."""
+    if "selector_hidden.weight" in names:
+        return "DFlash2 (a selector lattice)"
+    if _int(info, "hyper_connection.count"):
+        return "DeepSeek-V4 stages"
+    if not isinstance(info.fields.get("tokenizer.ggml.mask_token_id"), int):
+        return "no mask token"
+    return ""
 
 
 def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
@@ -117,7 +132,9 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
         raise LocalspecError(
             f"{what} reading layers {list(held.target_layers)}; {target.path.name} has {layers} layers"
         )
-    if held.kind == EAGLE3 and _token_count(draft) != _token_count(target):
+    if held.kind == ASSISTANT and (mismatch := _assistant_mismatch(target, draft)):
+        raise LocalspecError(f"{what} for another Gemma 4: {mismatch}")
+    if held.kind in (EAGLE3, DFLASH, ASSISTANT) and _token_count(draft) != _token_count(target):
         raise LocalspecError(
             f"{what} with a vocabulary of {_token_count(draft)} tokens; {target.path.name} has "
             f"{_token_count(target)}"
@@ -126,12 +143,27 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
         raise LocalspecError(
             f"{what}: this llama.cpp hands out no layer inputs for {arch} ({target.path.name})"
         )
-    if held.kind not in RUNS:
+    if held.kind not in RUNS or held.variant:
         raise LocalspecError(
-            f"{what}: localspec does not draft with these yet (it drafts with draft models, EAGLE-3 "
-            "heads and a target's own MTP heads); leave out -d to draft by prompt lookup"
+            f"{what}{f' ({held.variant})' if held.variant else ''}: localspec does not draft with "
+            "these yet (it drafts with draft models, EAGLE-3 heads, DFlash block drafters, Gemma 4 "
+            "assistants and a target's own MTP heads); leave out -d to draft by prompt lookup"
         )
     return held
+
+
+def _assistant_mismatch(target: GGUFInfo, draft: GGUFInfo) -> str:
+    """Where a Gemma 4 assistant cannot read this target's cache (its attention reads the target's
+    last sliding-window layer and last full layer, llama.cpp asserts on any other shape): what
+    differs, or nothing."""
+    for key in ("attention.head_count_kv", "attention.key_length", "attention.key_length_swa"):
+        ours, theirs = _int(draft, key), _int(target, key)
+        if ours is not None and theirs is not None and ours != theirs:  # per-layer lists: not told here
+            return f"{key} {ours}, {target.path.name} has {theirs}"
+    pattern = target.fields.get("gemma4.attention.sliding_window_pattern")
+    if not isinstance(pattern, list) or len(pattern) < 2 or pattern[-2:] != [True, False]:
+        return f"{target.path.name} does not end in a sliding-window layer and a full one"
+    return ""
 
 
 def drafter_of(target: Path | None, draft: Path | None) -> str | None:

@@ -20,20 +20,17 @@ The head borrows the target's token embeddings and output projection where it ha
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import numpy as np
-from llama_cpp import llama_cpp as bindings
 from llama_cpp import llama_cpp_ext
 
 from localspec.backend.batch import SEQ
 from localspec.backend.head_cache import HeadCache, Target, head_context
-from localspec.backend.hidden import HiddenRows
+from localspec.backend.layer_inputs import LayerInputs, hand_out_layer_inputs
 from localspec.backend.logits import LogitsReader
 from localspec.backend.model_options import HeadFile
 from localspec.backend.mtp import MtpHead
@@ -41,68 +38,18 @@ from localspec.backend.weights import load_weights
 from localspec.errors import LocalspecError
 
 
-def _symbol(names: Sequence[str], argtypes: list[Any], restype: Any) -> Any:
-    """A libllama function exported from llama-ext.h, under its C++ name on each platform."""
-    for name in names:
-        function = getattr(bindings._lib, name, None)
-        if function is not None:
-            function.argtypes, function.restype = argtypes, restype
-            return function
-    raise LocalspecError("this llama.cpp build exports no layer inputs (EAGLE-3 needs llama-ext.h's)")
-
-
-@functools.cache
-def _layer_functions() -> tuple[Any, Any]:
-    """llama-ext.h's setter and getter of layer inputs, found on first use: a build without them
-    fails where an EAGLE-3 head is asked for, not wherever localspec is imported."""
-    ctx = llama_cpp.llama_context_p_ctypes
-    setter = _symbol(
-        (
-            "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
-            "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z",
-        ),
-        [ctx, ctypes.c_uint32, ctypes.c_bool],
-        None,
-    )
-    getter = _symbol(
-        (
-            "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
-            "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z",
-        ),
-        [ctx, ctypes.c_uint32],
-        ctypes.POINTER(ctypes.c_float),
-    )
-    return setter, getter
-
-
-def hand_out_layer_inputs(ctx: Any, layers: Sequence[int]) -> None:
-    """Make every later pass of `ctx` hand out the inputs of `layers`."""
-    setter, _ = _layer_functions()
-    for layer in layers:
-        setter(ctx, layer, True)
-
-
-def joined_layer_inputs(ctx: Any, layers: Sequence[int], n: int, width: int) -> np.ndarray:
-    """The inputs of `layers` (each `width` wide) for the n tokens of `ctx`'s last pass, side by
-    side: one (n, len(layers) * width) row a token, as an EAGLE-3 encoder takes them."""
-    _, getter = _layer_functions()
-    return np.concatenate(
-        [np.ctypeslib.as_array(getter(ctx, layer), shape=(n, width)) for layer in layers], axis=1
-    )
-
-
-class TargetFeatures(HiddenRows):
+class TargetFeatures(LayerInputs):
     """The rows an EAGLE-3 head reads, by position: each of the target's passes' tokens' inputs to
     `layers`, joined and projected by the head's encoder (`encode`, set once the head exists)."""
 
     def __init__(self, layers: Sequence[int], n_embd_target: int, n_embd: int) -> None:
-        super().__init__(n_embd)
-        self.layers, self.n_embd_target = tuple(layers), n_embd_target
+        super().__init__(layers, n_embd_target)
+        self.n_embd = n_embd  # the rows kept are the encoder's, not the joined inputs
         self.encode: Callable[[np.ndarray], np.ndarray] | None = None
 
     def _rows(self, ctx: Any, n: int) -> np.ndarray:
         assert self.encode is not None
-        return self.encode(joined_layer_inputs(ctx, self.layers, n, self.n_embd_target))
+        return self.encode(super()._rows(ctx, n))
 
 
 class Eagle3Head(MtpHead):

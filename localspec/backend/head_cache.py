@@ -39,6 +39,14 @@ class HeadCache:
     exact: int = 0
 
 
+def free_context(ctx: Any, weights: Any) -> None:
+    """Free a drafter's context and the weights of its own file (either may be None: a failed load)."""
+    if ctx:
+        llama_cpp.llama_free(ctx)
+    if weights is not None:
+        llama_cpp.llama_model_free(weights)
+
+
 def head_context(target: Target, model: Any, n_seq_max: int, ctx_type: int) -> Any:
     """A context over `model` (the target's own, for its heads) that reads the target's context."""
     cparams = llama_cpp.llama_context_default_params()

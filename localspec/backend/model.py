@@ -11,13 +11,16 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.backend.assistant import Gemma4Assistant, attach_assistant
 from localspec.backend.batch import SEQ, DecodeAborted, decode_synced, fill
 from localspec.backend.devices import local_gpus
+from localspec.backend.dflash import DFlashBlock, attach_dflash
+from localspec.backend.drafter_files import ASSISTANT, DFLASH
 from localspec.backend.eagle3 import attach_eagle3
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
 from localspec.backend.logs import silence_llama_logs
-from localspec.backend.model_options import ModelOptions, flash_attn_type
+from localspec.backend.model_options import HeadFile, ModelOptions, flash_attn_type
 from localspec.backend.mtp import MtpHead, attach_heads
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences, common_prefix
@@ -26,6 +29,10 @@ from localspec.backend.top_tokens import DeviceArgmax
 from localspec.backend.tree_sequences import TreeSequences
 from localspec.backend.weights import OutOfMemory, load_weights
 from localspec.errors import LocalspecError
+
+# What drafts from the target's state: its MTP heads or an EAGLE-3 head (MtpHead), a DFlash block
+# drafter, or Gemma 4's assistant
+Head = MtpHead | DFlashBlock | Gemma4Assistant
 
 ABORTABLE_BATCH = 64  # passes this long (prompts) can be stopped mid-way by Ctrl-C
 CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
@@ -93,7 +100,7 @@ class Model(TokenText, TreeSequences):
             else None
         )
         self.hidden: HiddenRows | None = None
-        self.head: MtpHead | None = None
+        self.head: Head | None = None
         self.cached: list[int] = []
         # None: a recurrent state cannot be cut back to a shared prefix
         self.kept = KeptSequences(self, 0 if self.recurrent else options.slots)
@@ -105,9 +112,7 @@ class Model(TokenText, TreeSequences):
         if options.mtp or options.head_file:
             started = time.perf_counter()
             try:
-                self.hidden, self.head = (
-                    attach_eagle3(self, options.head_file) if options.head_file else attach_heads(self)
-                )
+                self.hidden, self.head = _attach(self, options.head_file)
             except BaseException:
                 self.close()
                 raise
@@ -259,3 +264,11 @@ class Model(TokenText, TreeSequences):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _attach(target: Model, head: HeadFile | None) -> tuple[HiddenRows, Head]:
+    """The drafter that reads the target's state: its own MTP heads, or one in a file of its own."""
+    if head is None:
+        return attach_heads(target)
+    attach = {DFLASH: attach_dflash, ASSISTANT: attach_assistant}.get(head.kind, attach_eagle3)
+    return attach(target, head)

@@ -14,11 +14,14 @@ UNQUANTIZED_FILE_TYPES = (0, 1, 32)
 
 @dataclass(frozen=True)
 class HeadFile:
-    """A drafter in a file of its own that runs over the target's state (backend/eagle3.py)."""
+    """A drafter in a file of its own that runs over the target's state: an EAGLE-3 head
+    (backend/eagle3.py), a DFlash block drafter (backend/dflash.py) or Gemma 4's assistant
+    (backend/assistant.py)."""
 
     path: Path
     layers: tuple[int, ...]  # the target's layers whose inputs it reads
     n_gpu_layers: int = 0
+    kind: str = "eagle3"  # "dflash", "gemma4-assistant" (backend/drafter_files.py's names)
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class ModelOptions:
     chat_template: str | None = None  # the user's, over the GGUF's
     # Load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)
     mtp: bool = False
-    head_file: HeadFile | None = None  # an EAGLE-3 head to load over the target, reading its layer inputs
+    head_file: HeadFile | None = None  # a drafter to load over the target, reading its layer inputs
     # Greedy passes may take their argmax on the GPU (backend/top_tokens.py) when all layers are there.
     device_argmax: bool = True
     flash_attn: str = "auto"  # one of FLASH_ATTN_CHOICES (flash_attn_type)

@@ -8,7 +8,8 @@ from localspec.backend.gguf_file import GGUFInfo
 from localspec.errors import LocalspecError
 
 # Architectures whose NextN layers this llama.cpp runs as an MTP graph (src/models/*.cpp building
-# LLM_GRAPH_TYPE_DECODER_MTP); others (glm4, gemma4's assistant) keep theirs unused.
+# LLM_GRAPH_TYPE_DECODER_MTP); others (glm4) keep theirs unused. (Gemma 4's MTP drafter is a file of
+# its own: backend/assistant.py.)
 # (glm5-next loads NextN layers but its MTP graph throws "not implemented yet".)
 MTP_ARCHS = frozenset(
     {

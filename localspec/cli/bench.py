@@ -152,7 +152,8 @@ def bench(
             models = [m for m in (target, draft_model, target.head) if m is not None]
             clock.inside = lambda: sum(m.busy_s for m in models)
         try:
-            # An EAGLE-3 head drafts where a draft model would; the target's own heads also as "mtp".
+            # A drafter in a file of its own (EAGLE-3, DFlash, Gemma 4's assistant) drafts where a draft
+            # model would; the target's own heads also as "mtp".
             heads = target.head is not None and target.head.kind == "mtp"
             chosen = choose_modes(
                 [m.strip() for m in modes.split(",") if m.strip()],

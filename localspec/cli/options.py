@@ -127,7 +127,8 @@ DraftOpt = Annotated[
         "-md",
         "--draft",
         metavar="FILE|mtp|none",
-        help="Draft GGUF of the same vocabulary (a draft model, or an EAGLE-3 head made for this target), "
+        help="Draft GGUF of the same vocabulary (a draft model, or an EAGLE-3 head, DFlash block drafter or "
+        "Gemma 4 assistant made for this target), "
         "'mtp' (the target's own MTP heads: the default for a target that has them), or 'none'.",
         rich_help_panel=MODEL,
     ),

@@ -120,6 +120,8 @@ class Draft:
     # drafting: "datastore" when a datastore gave it); counted apart in the stats' origins.
     origin: str = ""
     forced: int = 0  # tokens a grammar allowed alone, drafted without a draft pass (backend/forced.py)
+    # One pass drafted every token (a block drafter's): the call costs the same at any length.
+    flat: bool = False
 
     @property
     def source(self) -> str:

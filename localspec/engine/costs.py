@@ -129,10 +129,14 @@ class LiveCosts:
         if tokens >= MIN_PROMPT_TOKENS and charged > 0 and measured > 0:
             self.prompt_token_s, self.prompt_scale = charged / tokens, charged / measured
 
-    def observe_draft(self, source: str, passes: int, seconds: float, first: float | None = None) -> None:
+    def observe_draft(
+        self, source: str, passes: int, seconds: float, first: float | None = None, flat: bool = False
+    ) -> None:
         """A call to drafter `source` ran `passes` draft-model passes in `seconds`, the first of
-        them in `first` (None: all alike)."""
-        self.drafts.setdefault(source, _DraftFit()).add(passes, max(seconds, 0.0), first)
+        them in `first` (None: all alike); `flat`: one pass drafted every token (a block drafter),
+        so the call is priced as one at any length, as prompt lookup's are."""
+        fit = self.drafts.setdefault(source, _DraftFit())
+        fit.add(0 if flat else passes, max(seconds, 0.0), None if flat else first)
 
     # --- predictions -----------------------------------------------------------------------
     @property

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from localspec.backend.dflash import DFlashBlock
+from localspec.backend.drafter_files import KIND_NAMES
 from localspec.backend.gguf_file import check_gguf
-from localspec.backend.model import Model
+from localspec.backend.model import Head, Model
+from localspec.backend.mtp import MtpHead
 from localspec.backend.vocab import vocab_digest
 from localspec.config.settings import Settings
 from localspec.datastore.meta import Meta
 from localspec.drafters.base import Drafter
+from localspec.drafters.block import BlockDrafter
 from localspec.drafters.chain import ChainDrafter
 from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.drafters.mtp import MtpDrafter, MtpTreeDrafter
@@ -64,10 +68,7 @@ def make_drafter(
     if trees and settings.draft_branches < 2:
         raise LocalspecError(f"a draft tree needs {Settings.about('draft_branches').flag} N with N >= 2")
     if draft is None and target.head is not None:
-        # The target's heads stand in for a draft model.
-        model: Drafter = (
-            MtpTreeDrafter(target.head, settings.draft_branches) if trees else MtpDrafter(target.head)
-        )
+        model: Drafter = _head_drafter(target.head, trees, settings)
     elif kind == "mtp":
         raise LocalspecError(
             f"drafting with the target's MTP heads needs them loaded ({target.path.name} was not: -d mtp)"
@@ -83,6 +84,17 @@ def make_drafter(
     lookup = make_drafter(settings.lookup_via, target, None, settings, memory, stores)
     assert lookup is not None
     return ChainDrafter([lookup, model]) if kind == "chain" else ChainDrafter([model, lookup], kind)
+
+
+def _head_drafter(head: Head, trees: bool, settings: Settings) -> Drafter:
+    """What stands in for a draft model: the target's heads, or a drafter in a file of its own that
+    reads the target's state (only heads branch: a block, or the assistant, is one chain)."""
+    if isinstance(head, MtpHead):
+        return MtpTreeDrafter(head, settings.draft_branches) if trees else MtpDrafter(head)
+    if trees:
+        flag = Settings.about("draft_branches").flag
+        raise LocalspecError(f"{KIND_NAMES[head.kind]} drafts one chain: leave out {flag}")
+    return BlockDrafter(head) if isinstance(head, DFlashBlock) else MtpDrafter(head)
 
 
 def suffix_memory(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
-from localspec.backend.drafter_files import EAGLE3, check_drafter
+from localspec.backend.drafter_files import ASSISTANT, DFLASH, EAGLE3, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
@@ -102,8 +102,13 @@ def load_models(
         check_token_texts(target_info, draft_info)
     cores, gpu = physical_cores(), default_gpu_layers()
     draft_layers = gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers
-    # An EAGLE-3 head loads over the target, which hands it its layers' inputs.
-    head = HeadFile(files.draft, held.target_layers, draft_layers) if held and held.kind == EAGLE3 else None
+    # An EAGLE-3 head, a DFlash drafter or Gemma 4's assistant loads over the target, which hands it
+    # its state (layer inputs, or its hidden states).
+    head = (
+        HeadFile(files.draft, held.target_layers, draft_layers, held.kind)
+        if held and held.kind in (EAGLE3, DFLASH, ASSISTANT)
+        else None
+    )
     servers = parse_endpoints(settings.rpc) if settings.rpc else []
     # The target's offloaded layers go to the servers and the local GPUs: by default all of them.
     remote = (*rpc.connect(servers), *local_gpus()) if servers else None

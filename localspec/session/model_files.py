@@ -93,12 +93,13 @@ def _runnable(alias: str, draft: Path | None, notify: Callable[[str], None]) -> 
     drafts, as told); -d FILE with such a file is refused by the loader instead."""
     if draft is None or not draft.is_file():
         return draft
-    kind = drafter_file(check_gguf(draft, "draft")).kind
-    if kind in RUNS:
+    held = drafter_file(check_gguf(draft, "draft"))
+    if held.kind in RUNS and not held.variant:
         return draft
+    variant = f" ({held.variant})" if held.variant else ""
     notify(
-        f"{alias}'s drafter is {KIND_NAMES[kind]}, which localspec does not run yet: drafting with "
-        "n-gram prompt lookup instead"
+        f"{alias}'s drafter is {KIND_NAMES[held.kind]}{variant}, which localspec does not run yet: "
+        "drafting with n-gram prompt lookup instead"
     )
     return None
 
