@@ -12,7 +12,7 @@ import llama_cpp
 import numpy as np
 import pytest
 from cli_helpers import assert_one_line_error, localspec
-from conftest import TinyModels, model_options
+from conftest import TinyModels, assert_greedy_equivalent, model_options
 from drafter_helpers import (
     assert_run_drafts_with,
     bench_summary,
@@ -217,3 +217,17 @@ def test_chat_with_the_block_replies_what_the_target_alone_does(
     saved replies are the target alone's."""
     alone = chat_replies(tiny.target, "none", PROMPTS[:2], tmp_path)
     assert len(alone) == 2 and chat_replies(tiny.target, str(drafter_file), PROMPTS[:2], tmp_path) == alone
+
+
+def test_at_the_end_of_the_context_the_target_goes_on_alone(tiny: TinyModels, drafter_file: Path):
+    """The block's pass needs room for the whole block: within its length of the context's end
+    nothing is drafted, and the generation runs to the context's end as the target alone's does."""
+    options = replace(model_options(n_ctx=256), head_file=HeadFile(drafter_file, LAYERS, kind=DFLASH))
+    with Model(tiny.target, options) as target:
+        assert target.head is not None and target.n_ctx == 256
+        prompt = target.tokenize(" ".join(PROMPTS * 8))[:230]
+        done = generate(SpeculativeEngine(target, BlockDrafter(target.head)), prompt, "fixed", n=64)
+        expected = generate(SpeculativeEngine(target, None), prompt, "fixed", n=64)
+        assert done.stop_reason == expected.stop_reason == "length"
+        assert_greedy_equivalent(target, prompt, expected.tokens, done.tokens)
+        assert done.stats.n_drafted > 0

@@ -1,6 +1,7 @@
 """A block drafter (DFlash, backend/dflash.py) drafts as a draft model does (drafters/draft_model.py:
 the same rules for confidence, sampling, grammar and forced text), but one pass drafts all its
-tokens: a call costs the same at any length (priced so), and no step drafts past the block."""
+tokens: a call costs the same at any length (priced so), and no step drafts past the block. Within
+a block's length of the context's end the block no longer fits, and the target goes on alone."""
 
 from __future__ import annotations
 
@@ -67,6 +68,8 @@ class BlockDrafter(DraftModelDrafter):
         grammar: Grammar | None = None,
     ) -> Draft:
         block: DFlashBlock = self.model  # type: ignore[assignment]
+        if len(context) - 1 + block.block > block.target.n_ctx:
+            return Draft(key=self.key)  # the block no longer fits the context: the target goes on alone
         draft = super().propose(context, _WithinBlock(budget, block.most), params, rng, grammar)
         draft.flat = True
         if draft.catch_up_s:
