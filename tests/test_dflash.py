@@ -5,6 +5,7 @@ run, chat, serve and bench (the sampled case is in test_lossless_sampling.py).""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from drafter_helpers import (
 from server_helpers import assert_serves_what_run_does
 from tiny_drafters import write_dflash
 
+from localspec.backend.dflash import InjectedInputs
 from localspec.backend.drafter_files import DFLASH
 from localspec.backend.layer_inputs import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.model import Model
@@ -150,22 +152,23 @@ def test_a_step_never_drafts_past_the_block(tiny: TinyModels, drafter_file: Path
         assert draft.passes == 1
 
 
-def test_a_call_that_catches_up_is_charged_its_block_pass(tiny: TinyModels, drafter_file: Path):
-    """After sitting out, the sync reads what was verified meanwhile (left out of drafting's cost,
-    as a draft model's catching up is) and drafts the block in the same call (its own cost)."""
+def test_the_targets_passes_hand_the_drafter_their_rows_as_they_end(tiny: TinyModels, drafter_file: Path):
+    """A long prompt's layer inputs go into the drafter's cache chunk by chunk, never all held at
+    once; a drafter that sat out is current all the same: its next call is its block's one pass,
+    and that pass is charged to drafting, not to catching up."""
     with load(tiny.target, drafter_file) as target:
-        assert target.head is not None
+        assert target.head is not None and target.hidden is not None
         drafter = BlockDrafter(target.head)
         prompt = target.tokenize(PROMPTS[0])
         target.prefill(prompt[:-1])
         drafter.begin(prompt, DraftSettings())
         later = [*prompt, *target.tokenize(" and " + PROMPTS[1] + " and " + PROMPTS[2])[1:]]
         target.prefill(later[:-1])
+        assert not target.hidden.blocks and target.head.cached[: len(later) - 1] == later[:-1]
         params, rng = SamplingParams(temperature=0.0), np.random.default_rng(0)
         draft = drafter.propose(later, FixedBudget(4), params, rng)
-        assert len(draft.tokens) == 4 and draft.passes == 2  # the catch-up's pass and the block's
-        assert draft.catch_up_s == pytest.approx(drafter.view.synced_s - target.head.block_s)
-        assert 0 < draft.catch_up_s < drafter.view.synced_s
+        assert len(draft.tokens) == 4 and draft.passes == 1
+        assert draft.catch_up_s <= max(drafter.view.synced_s - target.head.block_s, 0.0) + 1e-9
 
 
 def test_a_block_is_priced_the_same_at_any_length():
@@ -231,3 +234,22 @@ def test_at_the_end_of_the_context_the_target_goes_on_alone(tiny: TinyModels, dr
         assert done.stop_reason == expected.stop_reason == "length"
         assert_greedy_equivalent(target, prompt, expected.tokens, done.tokens)
         assert done.stats.n_drafted > 0
+
+
+def test_the_drafters_work_inside_the_targets_prompt_pass_is_its_reading(
+    tiny: TinyModels, drafter_file: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """What the drafter does with the prompt's rows inside the target's passes (here made to take
+    0.2 s) is charged to its reading, not to the target alone's first token."""
+    original = InjectedInputs._keep
+
+    def slow(self, start: int, rows: np.ndarray) -> None:
+        time.sleep(0.2)
+        original(self, start, rows)
+
+    monkeypatch.setattr(InjectedInputs, "_keep", slow)
+    with load(tiny.target, drafter_file) as target:
+        assert target.head is not None
+        prompt = target.tokenize(PROMPTS[0])
+        stats = generate(SpeculativeEngine(target, BlockDrafter(target.head)), prompt, "fixed", n=4).stats
+    assert stats.target_prompt_s < 0.1 and stats.prompt_s >= 0.2

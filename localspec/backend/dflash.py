@@ -3,7 +3,8 @@ in one pass, from the target's state.
 
 Its KV cache holds, for every position the target has verified, keys and values made from the
 target's own layer inputs there (joined, projected by its `fc` and normalised: llama.cpp does that
-inside a decode of an embeddings batch). To draft after the context, one pass decodes the block
+inside a decode of an embeddings batch), taken in as each target pass ends: a verification pass's
+rejected tokens too, cut at the next sync. To draft after the context, one pass decodes the block
 [last token, mask, mask, ...] at the positions that follow, its attention over the cache and,
 non-causal, within the block; the logits at the i-th mask give the i-th drafted token. The block's
 own entries are dropped at once: the cache holds the target's rows alone, so rollback after a
@@ -18,7 +19,7 @@ the DeepSeek-V4 stages are other graphs, not run here (backend/drafter_files.py 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,24 @@ from localspec.errors import LocalspecError
 DEFAULT_BLOCK = 16  # llama.cpp's, for a file that does not say
 
 
+class InjectedInputs(LayerInputs):
+    """The target's layer inputs, handed to the block drafter's cache as each target pass ends (as
+    llama.cpp's driver does): a long prompt's are never all held at once (five layers of a 5,120-wide
+    target are 100 KB a token). A verification pass's rejected tokens go in too, and the next sync
+    cuts them. Rows that do not continue the cache (a tree pass's path, picked after the pass) are
+    kept for the next sync instead."""
+
+    def __init__(self, layers: Sequence[int], n_embd_target: int) -> None:
+        super().__init__(layers, n_embd_target)
+        self.take_in: Callable[[int, np.ndarray], bool] | None = None  # set once the block exists
+
+    def _keep(self, start: int, rows: np.ndarray) -> None:
+        if self.take_in is not None and self.take_in(start, rows):
+            self.cut(start)  # whatever was kept from there on is stale
+        else:
+            self.put(start, rows)
+
+
 class DFlashBlock:
     """What a draft model is to the drafters (DraftView, drafters/block.py): it syncs to a context,
     then hands out the block's rows one drafted token at a time; its passes and seconds are counted
@@ -44,7 +63,7 @@ class DFlashBlock:
 
     kind = "dflash"
 
-    def __init__(self, target: Target, path: Path, weights: Any, inputs: LayerInputs) -> None:
+    def __init__(self, target: Target, path: Path, weights: Any, inputs: InjectedInputs) -> None:
         self.target, self.path, self.weights, self.inputs = target, path, weights, inputs
         self.n_vocab, self.n_batch = target.n_vocab, target.n_batch
         self.block = int(metadata(weights, "dflash.block_size") or DEFAULT_BLOCK)
@@ -67,18 +86,21 @@ class DFlashBlock:
         self._noise = llama_cpp.llama_batch_init(self.block, 0, 1)
         self._held: list[int] = []  # the tokens whose target rows the cache holds, by position
         self._block: list[int] = []  # the last token and those drafted from the block after it
+        self._block_at = 0  # the last token's position
         self._rows: np.ndarray = np.empty((0, self.n_vocab), np.float32)
         self._next = 0  # the row of the block the next drafted token comes from
         self.passes = 0
         self.busy_s = 0.0
         self.block_s = 0.0  # the last block pass's seconds (a sync's drafting, not its catching up)
+        inputs.take_in = self._take_rows
 
     @property
     def cached(self) -> list[int]:
         """What the drafter has taken in, as a draft model's cache would hold it (DraftView counts
-        what a sync must read by it): the verified tokens, then the block's (their rows come with
-        the next sync, a step's own cost, as a draft model evaluates the last token it drafted)."""
-        return [*self._held, *self._block]
+        what a sync must read by it): the tokens it holds the target's rows of, then the block's past
+        them (their rows come with the target's next pass, as a draft model evaluates the last token
+        it drafted)."""
+        return [*self._held, *self._block[max(len(self._held) - self._block_at, 0) :]]
 
     def set_threads(self, n: int) -> None:
         llama_cpp.llama_set_n_threads(self.ctx, n, n)
@@ -113,6 +135,18 @@ class DFlashBlock:
             raise LocalspecError(f"a DFlash block drafts at most {self.most} tokens a pass")
         return self._rows[self._next : self._next + 1]
 
+    def _take_rows(self, start: int, rows: np.ndarray) -> bool:
+        """A target pass's rows from position `start` on, straight into the cache where they
+        continue it (what the cache held from there on goes); False where they leave a gap."""
+        if start > len(self._held) or start + len(rows) > len(self.target.cached):
+            return False
+        llama_cpp.llama_memory_seq_rm(self.memory, SEQ, start, -1)
+        del self._held[start:]
+        tokens = self.target.cached[start : start + len(rows)]
+        for at in range(0, len(rows), self.n_batch):
+            self._take_in(tokens[at : at + self.n_batch], rows[at : at + self.n_batch])
+        return True
+
     def _take_in(self, tokens: Sequence[int], rows: np.ndarray) -> None:
         """Append the target's rows of `tokens` (the positions after those held) to the cache."""
         base, n = len(self._held), len(tokens)
@@ -145,7 +179,12 @@ class DFlashBlock:
                 f"llama_decode failed ({rc}) in the DFlash drafter {self.path.name} at {base}"
             )
         # A view of llama.cpp's buffer: read before this context's next pass (the drafter's call)
-        self._rows, self._next, self._block = self.logits.rows(self.most, first=1), 0, [last]
+        self._rows, self._next, self._block, self._block_at = (
+            self.logits.rows(self.most, first=1),
+            0,
+            [last],
+            base,
+        )
 
     def _run(self, batch: Any) -> int:
         self.passes += 1
@@ -162,10 +201,10 @@ class DFlashBlock:
         self.ctx = self.weights = None
 
 
-def attach_dflash(target: Target, head: HeadFile) -> tuple[LayerInputs, DFlashBlock]:
+def attach_dflash(target: Target, head: HeadFile) -> tuple[InjectedInputs, DFlashBlock]:
     """Load the DFlash drafter of `head` over the loaded target, and make the target's passes hand
     out the inputs of the layers it reads."""
     weights = load_weights(head.path, head.n_gpu_layers, False)
-    inputs = LayerInputs(head.layers, llama_cpp.llama_model_n_embd(target.model))
+    inputs = InjectedInputs(head.layers, llama_cpp.llama_model_n_embd(target.model))
     hand_out_layer_inputs(target.ctx, head.layers)
     return inputs, DFlashBlock(target, head.path, weights, inputs)

@@ -18,6 +18,7 @@ class Target(Protocol):
 
     model: Any  # the weights, the heads' included
     ctx: Any
+    cached: list[int]  # the tokens its cache holds
     path: Path
     n_vocab: int
     n_ctx: int

@@ -3,6 +3,7 @@ passes until its MTP heads (backend/mtp.py) have taken them in."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +14,9 @@ from llama_cpp import llama_cpp_ext
 class HiddenRows:
     def __init__(self, n_embd: int) -> None:
         self.n_embd = n_embd
+        # Seconds spent reading the target's passes' rows (and whatever a drafter does with them
+        # there): a drafter's work inside the target's passes, not the target's own.
+        self.read_s = 0.0
         # One copied block per pass, in order of position, none overlapping: a step appends one
         # without copying what is kept (the head may sit out many steps).
         self.blocks: list[tuple[int, np.ndarray]] = []
@@ -28,7 +32,12 @@ class HiddenRows:
 
     def read(self, ctx: Any, start: int, n: int) -> None:
         """The rows of the pass `ctx` just ran over n tokens from position `start`."""
-        self.put(start, self._rows(ctx, n))
+        started = time.perf_counter()
+        self._keep(start, self._rows(ctx, n))
+        self.read_s += time.perf_counter() - started
+
+    def _keep(self, start: int, rows: np.ndarray) -> None:
+        self.put(start, rows)
 
     def pick(self, ctx: Any, start: int, rows: Sequence[int]) -> None:
         """Some `rows` of the tree pass `ctx` just ran (an accepted path, in order), kept as

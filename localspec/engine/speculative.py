@@ -142,17 +142,23 @@ class SpeculativeEngine:
         so even the first generated token can come from the draft. The target's part is timed
         apart: what the target alone would have taken, and what a draft's reading is priced by."""
         stats, read = run.stats, 0.0
+        hidden = self.target.hidden
         try:
-            wall = time.perf_counter()
+            wall, riding = time.perf_counter(), hidden.read_s if hidden else 0.0
             self.target.resume(run.ctx)
             stats.n_prompt_evaluated = len(run.ctx) - self.target.prefill(run.ctx[:-1])
-            own = time.perf_counter() - wall
+            # A drafter that reads the target's state did part of its reading inside the target's
+            # passes (an EAGLE-3 head's encoder, a DFlash drafter's cache): that is its, not the target's.
+            ridden = hidden.read_s - riding if hidden else 0.0
+            own = time.perf_counter() - wall - ridden
             stats.target_prompt_s = self.clock.prompt(stats.n_prompt_evaluated, own)
             self.controller.costs.observe_prompt(stats.n_prompt_evaluated, stats.target_prompt_s, own)
             if run.drafter is not None:
                 wall = time.perf_counter()
                 evaluated = run.drafter.begin(run.ctx, run.config.drafting, run.coupling)
-                read = self.clock.read(stats.drafter, evaluated, time.perf_counter() - wall)
+                read = self.clock.read(stats.drafter, evaluated, time.perf_counter() - wall + ridden)
+            else:  # drafting off for this generation: the head's reading was still waited for
+                read = self.clock.read(stats.drafter, 0, ridden)
         except DecodeAborted:
             run.stop_reason = "interrupted"
         stats.prompt_s = stats.target_prompt_s + read
