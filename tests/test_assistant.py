@@ -38,7 +38,7 @@ PROMPTS = ["the cat sat on the mat", "a big red dog ran to the house", "she was 
 class Gemma4:
     target: Path
     assistant: Path  # random
-    paired_target: Path  # the designed pair: its first drafted token follows the target's
+    paired_target: Path  # the designed pair: a bigram target, and an assistant that drafts it
     paired: Path
 
 
@@ -115,16 +115,16 @@ def _by_hand(target: Model, path: Path, tokens: list[int], state_at: int, empty:
 
 
 def test_the_assistant_follows_the_target_through_rejections(gemma4: Gemma4):
-    """After a generation with rejections its logits are what an assistant that never drafted
+    """After a generation of rejected drafts its logits are what an assistant that never drafted
     gives: all it reads is the target's cache and state."""
-    with load(gemma4.paired_target, gemma4.paired) as target:
+    with load(gemma4.target, gemma4.assistant) as target:
         assert target.head is not None
         prompt = target.tokenize(PROMPTS[1])
         done = generate(SpeculativeEngine(target, MtpDrafter(target.head)), prompt, "fixed", draft_max=3)
-        assert 0 < done.stats.n_accepted < done.stats.n_drafted
+        assert done.stats.n_accepted < done.stats.n_drafted
         context = [*prompt, *done.tokens]
         after = target.head.sync(context).copy()
-    with load(gemma4.paired_target, gemma4.paired) as fresh:
+    with load(gemma4.target, gemma4.assistant) as fresh:
         assert fresh.head is not None
         fresh.prefill(context[:-1])
         expected = fresh.head.sync(context).copy()

@@ -168,8 +168,10 @@ def _gemma4_layer(mat, i: int, n_embd: int, kv: bool) -> dict[str, np.ndarray]:
 
 
 def write_gemma4(path: Path, seed: int = 11, output: np.ndarray | None = None) -> Path:
-    """A random tiny Gemma 4 target (no per-layer embeddings, no experts), its output projection
-    `output` where given, else its token embeddings."""
+    """A random tiny Gemma 4 target (no per-layer embeddings, no experts). With `output` (its output
+    projection, zero past its first 32 columns) a bigram model: its token embeddings are zero past
+    their first 32 values too, and its layers add nothing, so its logits at a position are
+    `output` over the normalised embedding of the token there."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "gemma4")
     w.add_name("tiny-gemma4")
@@ -183,10 +185,14 @@ def write_gemma4(path: Path, seed: int = 11, output: np.ndarray | None = None) -
 
     tensors = {"token_embd.weight": mat(len(tokens), 64), "output_norm.weight": np.ones(64, np.float32)}
     tensors["rope_freqs.weight"] = np.ones(GEMMA4_HEAD // 2, np.float32)
-    if output is not None:
-        tensors["output.weight"] = output
     for i in range(len(GEMMA4_PATTERN)):
         tensors.update(_gemma4_layer(mat, i, 64, kv=True))
+    if output is not None:
+        tensors["output.weight"] = output
+        tensors["token_embd.weight"][:, 32:] = 0
+        for i in range(len(GEMMA4_PATTERN)):
+            tensors[f"blk.{i}.attn_output.weight"] *= 0
+            tensors[f"blk.{i}.ffn_down.weight"] *= 0
     finish(w, tensors)
     return path
 
@@ -201,10 +207,11 @@ def write_assistant(
 ) -> Path:
     """A random Gemma 4 assistant for a Gemma 4 target of hidden size `target_hidden` (its
     embedding_length_out) whose attention heads are `head` wide: two layers, reading the tiny
-    Gemma 4's last sliding-window layer and its last full one. With `output` (the target's output
-    projection, nothing past its first n_embd columns) it passes the first n_embd values of the
-    target's state through (its attention and FFN add nothing) to that projection's columns: its
-    first drafted token's distribution is the target's, sharpened or flattened by a norm."""
+    Gemma 4's last sliding-window layer and its last full one. With `output` (the output projection
+    of write_gemma4's bigram target) it passes the first n_embd values of its token's embedding
+    through (its attention and FFN add nothing) to that projection's columns: each drafted token's
+    distribution is the bigram target's after the token before it, flattened (its norm is taken
+    over n_embd values, the target's over 64)."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "gemma4-assistant")
     w.add_name("tiny-gemma4-assistant")
@@ -229,7 +236,7 @@ def write_assistant(
     if output is not None:
         tensors["token_embd.weight"] = np.ascontiguousarray(output[:, :n_embd])
         passing = np.zeros((n_embd, 2 * target_hidden), np.float32)
-        passing[:, target_hidden : target_hidden + n_embd] = np.eye(n_embd, dtype=np.float32)
+        passing[:, :n_embd] = np.eye(n_embd, dtype=np.float32)
         tensors["nextn.pre_projection.weight"] = passing
         for i in range(2):
             tensors[f"blk.{i}.attn_output.weight"] *= 0
@@ -241,9 +248,8 @@ def write_assistant(
 def write_gemma4_pair(
     target: Path, assistant: Path, logit_scale: float = 3.0, seed: int = 13
 ) -> tuple[Path, Path]:
-    """A tiny Gemma 4 whose logits read only the first 32 values of its state (its output
-    projection is zero past them, `logit_scale` its rows' size), and an assistant that passes those
-    through to the same projection: the assistant's first drafted token follows the target's."""
+    """A tiny bigram Gemma 4 (`logit_scale` its output rows' size) and an assistant that drafts what
+    it will say, less sure than it."""
     rng = np.random.default_rng(seed)
     output = (rng.standard_normal((len(vocabulary()[0]), 64)) * logit_scale / 8).astype(np.float32)
     output[:, 32:] = 0
