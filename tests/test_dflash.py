@@ -25,8 +25,8 @@ from drafter_helpers import (
 from server_helpers import assert_serves_what_run_does
 from tiny_drafters import write_dflash
 
-from localspec.backend.dflash import InjectedInputs
-from localspec.backend.drafter_files import DFLASH
+from localspec.backend.dflash import DFlashBlock, InjectedInputs
+from localspec.backend.drafter_files import DFLASH, DSPARK
 from localspec.backend.layer_inputs import hand_out_layer_inputs, joined_layer_inputs
 from localspec.backend.model import Model
 from localspec.backend.model_options import HeadFile
@@ -48,17 +48,24 @@ def drafter_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_dflash(tmp_path_factory.mktemp("dflash") / "dflash.gguf", LAYERS, block=BLOCK, mask=MASK)
 
 
-def load(target: Path, drafter: Path) -> Model:
-    return Model(target, replace(model_options(), head_file=HeadFile(drafter, LAYERS, kind=DFLASH)))
+@pytest.fixture(scope="module")
+def spark_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DSpark drafter: a Markov head, its anchor-first layout."""
+    folder = tmp_path_factory.mktemp("dspark")
+    return write_dflash(folder / "dspark.gguf", LAYERS, block=BLOCK, mask=MASK, markov=True)
+
+
+def load(target: Path, drafter: Path, kind: str = DFLASH) -> Model:
+    return Model(target, replace(model_options(), head_file=HeadFile(drafter, LAYERS, kind=kind)))
 
 
 def block_rows(target: Model, context: list[int]) -> np.ndarray:
     """Every row of the block the drafter drafts after `context` (the target has verified all
     but its last token)."""
     head = target.head
-    assert head is not None and head.kind == DFLASH
+    assert isinstance(head, DFlashBlock)
     rows = [head.sync(context).copy()]
-    for _ in range(BLOCK - 2):
+    for _ in range(head.most - 1):
         rows.append(head.decode([0], all_logits=False)[0].copy())
     return np.stack(rows)
 
@@ -66,17 +73,23 @@ def block_rows(target: Model, context: list[int]) -> np.ndarray:
 # --- the drafter --------------------------------------------------------------------------------
 
 
-def test_the_block_reads_the_target_as_llama_cpp_feeds_it(tiny: TinyModels, drafter_file: Path):
+@pytest.mark.parametrize("kind", [DFLASH, DSPARK])
+def test_the_block_reads_the_target_as_llama_cpp_feeds_it(
+    tiny: TinyModels, drafter_file: Path, spark_file: Path, kind: str
+):
     """The block's rows after a context are those of llama.cpp's own feeding (common/speculative.cpp:
     the target's layer inputs at p injected at p, then [last token, mask, ...] decoded after
-    them), computed here by hand through llama.cpp; features one position off give others."""
-    with load(tiny.target, drafter_file) as target:
+    them; DSpark's rows from the last token's own on), computed here by hand through llama.cpp;
+    features one position off give others."""
+    path = spark_file if kind == DSPARK else drafter_file
+    with load(tiny.target, path, kind) as target:
         tokens = target.tokenize(PROMPTS[0] + " and " + PROMPTS[1])
         target.prefill(tokens[:-1])
         ours = block_rows(target, tokens)
         features = _layer_inputs(target, tokens[:-1])
-        by_hand = _block_by_hand(target, drafter_file, features, tokens[-1])
-        shifted = _block_by_hand(target, drafter_file, np.roll(features, 1, axis=0), tokens[-1])
+        first = 0 if kind == DSPARK else 1
+        by_hand = _block_by_hand(target, path, features, tokens[-1])[first:]
+        shifted = _block_by_hand(target, path, np.roll(features, 1, axis=0), tokens[-1])[first:]
     assert np.abs(ours - by_hand).max() < 1e-3 * np.abs(by_hand).max()
     assert np.abs(ours - shifted).max() > 0.02 * np.abs(by_hand).max()
 
@@ -115,7 +128,7 @@ def _block_by_hand(target: Model, path: Path, features: np.ndarray, last: int) -
         noise.seq_id[i][0], noise.logits[i] = 0, True
     noise.n_tokens = BLOCK
     assert llama_cpp.llama_decode(ctx, noise) == 0
-    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(BLOCK, target.n_vocab))[1:].copy()
+    logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(ctx), shape=(BLOCK, target.n_vocab)).copy()
     for batch in (inject, noise):
         llama_cpp.llama_batch_free(batch)
     llama_cpp.llama_free(ctx)
@@ -190,11 +203,27 @@ def test_greedy_output_with_the_block_is_the_target_alones(tiny: TinyModels, dra
         assert drafted_as_alone(target, BlockDrafter(target.head), mode, PROMPTS) > 0
 
 
+def test_a_dspark_block_drafts_a_whole_block_and_the_target_alones_text(tiny: TinyModels, spark_file: Path):
+    """Its anchor-first layout drafts from the last token's own row: a block of BLOCK tokens."""
+    with load(tiny.target, spark_file, DSPARK) as target:
+        assert isinstance(target.head, DFlashBlock) and target.head.most == BLOCK
+        drafter = BlockDrafter(target.head)
+        assert drafter.name == DSPARK and drafted_as_alone(target, drafter, "fixed", PROMPTS) > 0
+        prompt = target.tokenize(PROMPTS[2])
+        target.prefill(prompt[:-1])
+        drafter.begin(prompt, DraftSettings())
+        draft = drafter.propose(
+            prompt, FixedBudget(16), SamplingParams(temperature=0.0), np.random.default_rng(0)
+        )
+        assert len(draft.tokens) == BLOCK
+
+
 # --- through the commands ------------------------------------------------------------------------
 
 
-def test_run_drafts_with_the_block_and_says_so(tiny: TinyModels, drafter_file: Path):
+def test_run_drafts_with_the_block_and_says_so(tiny: TinyModels, drafter_file: Path, spark_file: Path):
     assert_run_drafts_with(tiny.target, drafter_file, "dflash", PROMPTS)
+    assert_run_drafts_with(tiny.target, spark_file, "dspark", PROMPTS[:1])
 
 
 def test_a_tree_of_blocks_is_refused_in_one_line(tiny: TinyModels, drafter_file: Path):

@@ -116,7 +116,10 @@ def test_a_drafter_made_for_another_target_is_refused_in_one_line(
 @pytest.mark.parametrize(
     "write,fragment",
     [
-        (lambda p: write_dflash(p, markov=True), "DSpark block drafter: localspec does not draft"),
+        (
+            lambda p: write_dflash(p, markov=True, block=None),
+            "DSpark block drafter (no dflash.block_size, which its Markov head needs): localspec does not",
+        ),
         (lambda p: write_dflash(p, selector=True), "(DFlash2 (a selector lattice)): localspec does not"),
         (lambda p: write_dflash(p, mask=None), "DFlash block drafter (no mask token): localspec does not"),
     ],

@@ -462,13 +462,13 @@ def test_the_aliases_of_2026_pull_their_files_and_draft(hub_2026, alias, target,
 
 
 def test_an_alias_whose_drafter_localspec_does_not_run_drafts_by_lookup_and_says_so(hub, tmp_path):
-    """A DSpark block drafter beside its target is pulled with it; `run` tells why it drafts by
+    """A DFlash2 block drafter beside its target is pulled with it; `run` tells why it drafts by
     prompt lookup instead (`-d` with the same file is refused: test_eagle3.py)."""
     from tiny_drafters import write_dflash
 
     fake, _, home = hub
     fake.repos["test/spark-GGUF"] = {
-        "spark-Q8_0.gguf": write_dflash(tmp_path / "s.gguf", markov=True).read_bytes()
+        "spark-Q8_0.gguf": write_dflash(tmp_path / "s.gguf", selector=True).read_bytes()
     }
     spark = '["spark"]\ntarget = { repo = "test/target-GGUF", quant = "Q4_K_M" }\n'
     (home / "registry.toml").write_text(
@@ -478,4 +478,5 @@ def test_an_alias_whose_drafter_localspec_does_not_run_drafts_by_lookup_and_says
     run = cli(hub, "run", "-m", "spark", "-p", "the cat", "-n", "8", "--temp", "0", "--json")
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["stats"]["drafter"] == "ngram"
-    assert "a DSpark block drafter, which localspec does not run yet: drafting with n-gram" in run.stderr
+    told = "a DFlash block drafter (DFlash2 (a selector lattice)), which localspec does not run yet"
+    assert f"{told}: drafting with n-gram" in run.stderr

@@ -67,16 +67,19 @@ def write_dflash(
     n_embd: int = 64,
     markov: bool = False,
     selector: bool = False,
-    block: int = 8,
+    block: int | None = 8,
     mask: int | None = 4,
     seed: int = 7,
     pad: int = 0,
     rows: np.ndarray | None = None,
+    markov_scale: float = 8.0,
 ) -> Path:
     """A random one-layer DFlash block drafter reading `layers` of a target of hidden size `n_embd`,
-    with blocks of `block` tokens made of the mask token `mask` (None: the file names none),
-    borrowing the target's token embeddings and output projection. `markov` (DSpark's Markov head)
-    and `selector` (DFlash2's) add the tensor that tells those variants apart, nothing more. With
+    with blocks of `block` tokens (None: the file does not say) made of the mask token `mask`
+    (None: the file names none), borrowing the target's token embeddings and output projection.
+    `markov` makes it DSpark (a random Markov head, its bias's size set by `markov_scale`, its
+    anchor-first layout by default); `selector`
+    adds the tensor that tells DFlash2 apart, nothing more. With
     `rows` (logits over the vocabulary) it has token embeddings and an output projection of its own
     and drafts every mask row from exactly those logits, whatever the context (its attention and
     FFN add nothing): a drafter as sure, and as right, as the logits written."""
@@ -86,7 +89,8 @@ def write_dflash(
     w.add_name("tiny-dflash")
     _header(w, n_embd, n_head, n_ff)
     w.add_array("dflash.target_layers", list(layers))
-    w.add_uint32("dflash.block_size", block)
+    if block is not None:
+        w.add_uint32("dflash.block_size", block)
     add_tokenizer(w, *vocabulary(pad=pad))
     if mask is not None:
         w.add_mask_token_id(mask)
@@ -116,7 +120,9 @@ def write_dflash(
         w.add_tensor("token_embd.weight", embd)
         w.add_tensor("output.weight", output)
     if markov:
-        w.add_tensor("markov_w1.weight", np.zeros((len(vocabulary()[0]), 8), np.float32))
+        n_vocab = len(vocabulary(pad=pad)[0])
+        w.add_tensor("markov_w1.weight", mat(n_vocab, 8))
+        w.add_tensor("markov_w2.weight", mat(n_vocab, 8) * markov_scale)
     if selector:
         w.add_tensor("selector_hidden.weight", np.zeros((8, n_embd), np.float32))
     finish(w, {})

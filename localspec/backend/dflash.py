@@ -14,8 +14,15 @@ rule, as a draft model's chain is).
 
 The block's length is fixed by its training (`dflash.block_size`): at most block_size - 1 tokens a
 pass. The drafter borrows the target's token embeddings and output projection where it has none of
-its own (through the context's `ctx_other`). DFlash2's selector lattice, DSpark's Markov head and
-the DeepSeek-V4 stages are other graphs, not run here (backend/drafter_files.py refuses them)."""
+its own (through the context's `ctx_other`).
+
+A DSpark drafter is a DFlash one with a Markov head: inside the same pass, each position's logits
+are biased by the token before it, the last token's for the first and the previous position's
+argmax after that (llama.cpp's graph chains them greedily), and with its anchor-first layout the
+last token's own row drafts the first token, so a block drafts block_size tokens. Each row still
+depends on the context alone, never on the tokens drafted (sampled) before it. DFlash2's selector
+lattice and the DeepSeek-V4 stages are other graphs, not run here (backend/drafter_files.py
+refuses them)."""
 
 from __future__ import annotations
 
@@ -61,13 +68,18 @@ class DFlashBlock:
     then hands out the block's rows one drafted token at a time; its passes and seconds are counted
     the same way."""
 
-    kind = "dflash"
-
-    def __init__(self, target: Target, path: Path, weights: Any, inputs: InjectedInputs) -> None:
-        self.target, self.path, self.weights, self.inputs = target, path, weights, inputs
+    def __init__(
+        self, target: Target, path: Path, weights: Any, inputs: InjectedInputs, kind: str = "dflash"
+    ) -> None:
+        self.target, self.path, self.weights, self.inputs, self.kind = target, path, weights, inputs, kind
         self.n_vocab, self.n_batch = target.n_vocab, target.n_batch
         self.block = int(metadata(weights, "dflash.block_size") or DEFAULT_BLOCK)
-        self.most = self.block - 1  # tokens one pass drafts: the masks after the last token
+        # DSpark's anchor-first layout drafts from the last token's own row too (llama.cpp's default
+        # where the file does not say); DFlash's from the masks after it.
+        self.first = (
+            0 if kind == "dspark" and metadata(weights, "dflash.sample_from_anchor") != "false" else 1
+        )
+        self.most = self.block - self.first  # tokens one pass drafts
         self.mask = llama_cpp.llama_vocab_mask(llama_cpp.llama_model_get_vocab(weights))
         self.ctx, self._inject, self._noise = None, None, None
         if self.mask < 0 or self.most < 1:
@@ -169,7 +181,7 @@ class DFlashBlock:
             raise LocalspecError(
                 f"context is full: {base + self.block} tokens needed, --ctx is {self.target.n_ctx}"
             )
-        fill(self._noise, [last, *[self.mask] * self.most], base, every=True)
+        fill(self._noise, [last, *[self.mask] * (self.block - 1)], base, every=True)
         busy = self.busy_s
         rc = self._run(self._noise)
         self.block_s = self.busy_s - busy
@@ -180,7 +192,7 @@ class DFlashBlock:
             )
         # A view of llama.cpp's buffer: read before this context's next pass (the drafter's call)
         self._rows, self._next, self._block, self._block_at = (
-            self.logits.rows(self.most, first=1),
+            self.logits.rows(self.most, first=self.first),
             0,
             [last],
             base,
@@ -207,4 +219,4 @@ def attach_dflash(target: Target, head: HeadFile) -> tuple[InjectedInputs, DFlas
     weights = load_weights(head.path, head.n_gpu_layers, False)
     inputs = InjectedInputs(head.layers, llama_cpp.llama_model_n_embd(target.model))
     hand_out_layer_inputs(target.ctx, head.layers)
-    return inputs, DFlashBlock(target, head.path, weights, inputs)
+    return inputs, DFlashBlock(target, head.path, weights, inputs, head.kind)

@@ -28,7 +28,7 @@ KIND_NAMES = {
     ASSISTANT: "a Gemma 4 assistant (an MTP drafter in its own file)",
 }
 # The kinds localspec drafts with; the others are recognised and refused in one line.
-RUNS = frozenset({DRAFT_MODEL, EAGLE3, DFLASH, ASSISTANT})
+RUNS = frozenset({DRAFT_MODEL, EAGLE3, DFLASH, DSPARK, ASSISTANT})
 # Architectures whose llama.cpp graph hands out its layers' inputs (the features an EAGLE-3 or
 # DFlash drafter reads: src/models/*.cpp setting t_layer_inp); asking another one for them aborts.
 FEATURE_ARCHS = frozenset(
@@ -103,14 +103,17 @@ def drafter_file(info: GGUFInfo) -> DrafterFile:
 
 
 def _dflash_variant(info: GGUFInfo, names: set[str]) -> str:
-    """Of a DFlash file, what this localspec does not run: DFlash2's selector, the DeepSeek-V4
-    stages (hyper-connections), a file without the mask token its blocks are made of."""
+    """Of a DFlash or DSpark file, what this localspec does not run: DFlash2's selector, the
+    DeepSeek-V4 stages (hyper-connections), a file without the mask token its blocks are made of,
+    a Markov head without the block size it needs (llama.cpp asserts)."""
     if "selector_hidden.weight" in names:
         return "DFlash2 (a selector lattice)"
     if _int(info, "hyper_connection.count"):
         return "DeepSeek-V4 stages"
     if not isinstance(info.fields.get("tokenizer.ggml.mask_token_id"), int):
         return "no mask token"
+    if "markov_w1.weight" in names and _int(info, "block_size") is None:
+        return "no dflash.block_size, which its Markov head needs"
     return ""
 
 
@@ -134,7 +137,7 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
         )
     if held.kind == ASSISTANT and (mismatch := _assistant_mismatch(target, draft)):
         raise LocalspecError(f"{what} for another Gemma 4: {mismatch}")
-    if held.kind in (EAGLE3, DFLASH, ASSISTANT) and _token_count(draft) != _token_count(target):
+    if held.kind in (EAGLE3, DFLASH, DSPARK, ASSISTANT) and _token_count(draft) != _token_count(target):
         raise LocalspecError(
             f"{what} with a vocabulary of {_token_count(draft)} tokens; {target.path.name} has "
             f"{_token_count(target)}"
@@ -146,8 +149,8 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
     if held.kind not in RUNS or held.variant:
         raise LocalspecError(
             f"{what}{f' ({held.variant})' if held.variant else ''}: localspec does not draft with "
-            "these yet (it drafts with draft models, EAGLE-3 heads, DFlash block drafters, Gemma 4 "
-            "assistants and a target's own MTP heads); leave out -d to draft by prompt lookup"
+            "these yet (it drafts with draft models, EAGLE-3 heads, DFlash and DSpark block drafters, "
+            "Gemma 4 assistants and a target's own MTP heads); leave out -d to draft by prompt lookup"
         )
     return held
 

@@ -15,7 +15,7 @@ from localspec.backend.assistant import Gemma4Assistant, attach_assistant
 from localspec.backend.batch import SEQ, DecodeAborted, decode_synced, fill
 from localspec.backend.devices import local_gpus
 from localspec.backend.dflash import DFlashBlock, attach_dflash
-from localspec.backend.drafter_files import ASSISTANT, DFLASH
+from localspec.backend.drafter_files import ASSISTANT, DFLASH, DSPARK
 from localspec.backend.eagle3 import attach_eagle3
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
@@ -270,5 +270,7 @@ def _attach(target: Model, head: HeadFile | None) -> tuple[HiddenRows, Head]:
     """The drafter that reads the target's state: its own MTP heads, or one in a file of its own."""
     if head is None:
         return attach_heads(target)
-    attach = {DFLASH: attach_dflash, ASSISTANT: attach_assistant}.get(head.kind, attach_eagle3)
+    attach = {DFLASH: attach_dflash, DSPARK: attach_dflash, ASSISTANT: attach_assistant}.get(
+        head.kind, attach_eagle3
+    )
     return attach(target, head)

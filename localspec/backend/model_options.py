@@ -21,7 +21,7 @@ class HeadFile:
     path: Path
     layers: tuple[int, ...]  # the target's layers whose inputs it reads
     n_gpu_layers: int = 0
-    kind: str = "eagle3"  # "dflash", "gemma4-assistant" (backend/drafter_files.py's names)
+    kind: str = "eagle3"  # "dflash", "dspark", "gemma4-assistant" (backend/drafter_files.py's names)
 
 
 @dataclass(frozen=True)
