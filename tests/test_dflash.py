@@ -282,3 +282,23 @@ def test_the_drafters_work_inside_the_targets_prompt_pass_is_its_reading(
         prompt = target.tokenize(PROMPTS[0])
         stats = generate(SpeculativeEngine(target, BlockDrafter(target.head)), prompt, "fixed", n=4).stats
     assert stats.target_prompt_s < 0.1 and stats.prompt_s >= 0.2
+
+
+def test_a_restored_conversation_keeps_its_new_rows_for_the_next_sync(tiny: TinyModels, drafter_file: Path):
+    """`serve` restores a kept conversation into the target's cache without a pass: the drafter's
+    cache still holds the other one's rows, so the rows of the target's next pass are kept (not put
+    on top of the other text's) and the sync takes them in from where the texts part."""
+    options = replace(model_options(), head_file=HeadFile(drafter_file, LAYERS, kind=DFLASH), slots=2)
+    with Model(tiny.target, options) as target:
+        assert target.head is not None and target.hidden is not None
+        first, other = (target.tokenize(text) for text in (PROMPTS[0], PROMPTS[1] + " and " + PROMPTS[2]))
+        for text in (first, other):
+            target.resume(text)
+            target.prefill(text[:-1])
+        longer = [*first, *target.tokenize(" and the dog")[1:]]
+        target.resume(longer)  # the first conversation comes back from the host's copy
+        target.prefill(longer[:-1])
+        start = len(first) - 1
+        assert target.hidden.first == start and target.hidden.end == len(longer) - 1
+        block_rows(target, longer)
+        assert target.head.cached[: len(longer) - 1] == longer[:-1] and not target.hidden.blocks

@@ -609,8 +609,8 @@ def test_sampled_output_drafted_by_several_chained_heads_is_the_targets(case: Ca
 # - a DFlash block drafter over the same target that drafts every token of its block from the
 #   target's own logits after the prompt, blurred (so that drafts are accepted and rejected): each
 #   token sampled from its own row of the block, which never depends on the tokens drafted before;
-# - the same as DSpark, its rows biased by a Markov head along the greedy chain (not the sampled
-#   one: still a function of the context alone);
+#   (DSpark's rows, biased by its Markov head along the greedy chain, are functions of the context
+#   alone as well, and sampled from the same way: tests/test_dflash.py checks its rows);
 # - Gemma 4's assistant over a bigram Gemma 4 (tests/tiny_drafters.py's pair), drafting what the
 #   target will say, less sure than it.
 EAGLE3_SPEC = Eagle3Spec(seed=23, logit_scale=0.6, head_noise=0.25, g_weight=0.1)
@@ -618,7 +618,6 @@ HEAD_CASES = (
     ("eagle3", Case("fixed", "same", True, True)),
     ("eagle3", Case("tree", "same", False, False)),
     ("dflash", Case("fixed", "same", False, True)),
-    ("dspark", Case("fixed", "same", True, True)),
     ("gemma4-assistant", Case("fixed", "same", True, True)),
 )
 
@@ -633,9 +632,11 @@ def eagle3(tmp_path_factory: pytest.TempPathFactory):
     target.close()
 
 
-def _block_drafter(folder: Path, kind: str):
-    """The EAGLE-3 test pair's target, and a block drafter over it whose every row is the target's
-    own logits after the prompt, blurred (DSpark's biased by a small random Markov head)."""
+@pytest.fixture(scope="module")
+def dflash(tmp_path_factory: pytest.TempPathFactory):
+    """The EAGLE-3 test pair's target, and a DFlash drafter over it whose every row is the target's
+    own logits after the prompt, blurred."""
+    folder = tmp_path_factory.mktemp("dflash")
     target_path, _ = write_eagle3_pair(folder / "t.gguf", folder / "h.gguf", EAGLE3_SPEC, tiny_vocabulary)
     target, prompt = _with_prompt(Model(target_path, model_options()))
     with target:
@@ -643,23 +644,8 @@ def _block_drafter(folder: Path, kind: str):
         after = np.asarray(target.decode(prompt[-1:], all_logits=False), dtype=np.float32)[0].copy()
     noise = np.random.default_rng(31).standard_normal(after.shape).astype(np.float32)
     layers = EAGLE3_SPEC.layers[:2]
-    rows = 0.7 * after + noise
-    block = write_dflash(
-        folder / "b.gguf", layers, block=DRAFT_MAX + 1, rows=rows, markov=kind == "dspark", markov_scale=1.0
-    )
-    return Model(target_path, replace(model_options(), head_file=HeadFile(block, layers, kind=kind))), prompt
-
-
-@pytest.fixture(scope="module")
-def dflash(tmp_path_factory: pytest.TempPathFactory):
-    target, prompt = _block_drafter(tmp_path_factory.mktemp("dflash"), "dflash")
-    yield target, prompt
-    target.close()
-
-
-@pytest.fixture(scope="module")
-def dspark(tmp_path_factory: pytest.TempPathFactory):
-    target, prompt = _block_drafter(tmp_path_factory.mktemp("dspark"), "dspark")
+    block = write_dflash(folder / "dflash.gguf", layers, block=DRAFT_MAX + 1, rows=0.7 * after + noise)
+    target = Model(target_path, replace(model_options(), head_file=HeadFile(block, layers, kind="dflash")))
     yield target, prompt
     target.close()
 
@@ -674,7 +660,7 @@ def assistant(tmp_path_factory: pytest.TempPathFactory):
     target.close()
 
 
-FIXTURES = {"eagle3": "eagle3", "dflash": "dflash", "dspark": "dspark", "gemma4-assistant": "assistant"}
+FIXTURES = {"eagle3": "eagle3", "dflash": "dflash", "gemma4-assistant": "assistant"}
 
 
 @pytest.mark.parametrize("kind,case", HEAD_CASES, ids=[f"{kind}-{case.id}" for kind, case in HEAD_CASES])

@@ -72,13 +72,11 @@ def write_dflash(
     seed: int = 7,
     pad: int = 0,
     rows: np.ndarray | None = None,
-    markov_scale: float = 8.0,
 ) -> Path:
     """A random one-layer DFlash block drafter reading `layers` of a target of hidden size `n_embd`,
     with blocks of `block` tokens (None: the file does not say) made of the mask token `mask`
     (None: the file names none), borrowing the target's token embeddings and output projection.
-    `markov` makes it DSpark (a random Markov head, its bias's size set by `markov_scale`, its
-    anchor-first layout by default); `selector`
+    `markov` makes it DSpark (a random Markov head, its anchor-first layout by default); `selector`
     adds the tensor that tells DFlash2 apart, nothing more. With
     `rows` (logits over the vocabulary) it has token embeddings and an output projection of its own
     and drafts every mask row from exactly those logits, whatever the context (its attention and
@@ -122,7 +120,7 @@ def write_dflash(
     if markov:
         n_vocab = len(vocabulary(pad=pad)[0])
         w.add_tensor("markov_w1.weight", mat(n_vocab, 8))
-        w.add_tensor("markov_w2.weight", mat(n_vocab, 8) * markov_scale)
+        w.add_tensor("markov_w2.weight", mat(n_vocab, 8) * 8.0)
     if selector:
         w.add_tensor("selector_hidden.weight", np.zeros((8, n_embd), np.float32))
     finish(w, {})

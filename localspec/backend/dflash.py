@@ -84,7 +84,9 @@ class DFlashBlock:
         self.ctx, self._inject, self._noise = None, None, None
         if self.mask < 0 or self.most < 1:
             self.close()
-            raise LocalspecError(f"draft file is inconsistent: {path} (a DFlash drafter needs a mask token)")
+            raise LocalspecError(
+                f"draft file is inconsistent: {path} (a DFlash drafter needs a mask token and blocks of 2)"
+            )
         self.ctx = head_context(target, weights, 1, llama_cpp.LLAMA_CONTEXT_TYPE_DEFAULT)
         if not self.ctx:
             self.close()
@@ -152,6 +154,8 @@ class DFlashBlock:
         continue it (what the cache held from there on goes); False where they leave a gap."""
         if start > len(self._held) or start + len(rows) > len(self.target.cached):
             return False
+        if common_prefix(self._held, self.target.cached) < start:
+            return False  # another text's rows precede them (a conversation the target restored)
         llama_cpp.llama_memory_seq_rm(self.memory, SEQ, start, -1)
         del self._held[start:]
         tokens = self.target.cached[start : start + len(rows)]
