@@ -27,8 +27,6 @@ KIND_NAMES = {
     DSPARK: "a DSpark block drafter",
     ASSISTANT: "a Gemma 4 assistant (an MTP drafter in its own file)",
 }
-# The kinds localspec drafts with; the others are recognised and refused in one line.
-RUNS = frozenset({DRAFT_MODEL, EAGLE3, DFLASH, DSPARK, ASSISTANT})
 # Architectures whose llama.cpp graph hands out its layers' inputs (the features an EAGLE-3 or
 # DFlash drafter reads: src/models/*.cpp setting t_layer_inp); asking another one for them aborts.
 FEATURE_ARCHS = frozenset(
@@ -61,8 +59,18 @@ class DrafterFile:
     kind: str  # one of KIND_NAMES
     target_layers: tuple[int, ...] = ()  # the target's layers whose inputs it reads
     target_hidden: int | None = None  # the hidden size of the target it was made for
-    # Where a file of a kind localspec runs holds a variant it does not: what that variant is
+    # What in the file localspec does not run (DFlash2's selector, say): refused, or for an alias's
+    # drafter, left to prompt lookup
     variant: str = ""
+
+    @property
+    def runs(self) -> bool:
+        return not self.variant
+
+    @property
+    def name(self) -> str:
+        """The kind in words, with the variant it is."""
+        return KIND_NAMES[self.kind] + (f" ({self.variant})" if self.variant else "")
 
 
 def _arch(info: GGUFInfo) -> str:
@@ -118,8 +126,8 @@ def _dflash_variant(info: GGUFInfo, names: set[str]) -> str:
 
 
 def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
-    """What `draft` holds, refused in one line where it was made for another target, or is a kind
-    localspec does not draft with."""
+    """What `draft` holds, refused in one line where it was made for another target, or holds what
+    localspec does not run (its `variant`)."""
     held = drafter_file(draft)
     if held.kind == DRAFT_MODEL:
         return held
@@ -137,7 +145,7 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
         )
     if held.kind == ASSISTANT and (mismatch := _assistant_mismatch(target, draft)):
         raise LocalspecError(f"{what} for another Gemma 4: {mismatch}")
-    if held.kind in (EAGLE3, DFLASH, DSPARK, ASSISTANT) and _token_count(draft) != _token_count(target):
+    if _token_count(draft) != _token_count(target):
         raise LocalspecError(
             f"{what} with a vocabulary of {_token_count(draft)} tokens; {target.path.name} has "
             f"{_token_count(target)}"
@@ -146,11 +154,11 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
         raise LocalspecError(
             f"{what}: this llama.cpp hands out no layer inputs for {arch} ({target.path.name})"
         )
-    if held.kind not in RUNS or held.variant:
+    if not held.runs:
         raise LocalspecError(
-            f"{what}{f' ({held.variant})' if held.variant else ''}: localspec does not draft with "
-            "these yet (it drafts with draft models, EAGLE-3 heads, DFlash and DSpark block drafters, "
-            "Gemma 4 assistants and a target's own MTP heads); leave out -d to draft by prompt lookup"
+            f"{draft.path.name} is {held.name}: localspec does not draft with these yet (it drafts "
+            "with draft models, EAGLE-3 heads, DFlash and DSpark block drafters, Gemma 4 assistants "
+            "and a target's own MTP heads); leave out -d to draft by prompt lookup"
         )
     return held
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
-from localspec.backend.drafter_files import ASSISTANT, DFLASH, DSPARK, EAGLE3, check_drafter
+from localspec.backend.drafter_files import DRAFT_MODEL, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
@@ -106,7 +106,7 @@ def load_models(
     # its state (layer inputs, or its hidden states).
     head = (
         HeadFile(files.draft, held.target_layers, draft_layers, held.kind)
-        if held and held.kind in (EAGLE3, DFLASH, DSPARK, ASSISTANT)
+        if held and held.kind != DRAFT_MODEL
         else None
     )
     servers = parse_endpoints(settings.rpc) if settings.rpc else []

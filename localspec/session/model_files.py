@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from localspec.backend.demo import demo_path, demo_target
-from localspec.backend.drafter_files import KIND_NAMES, RUNS, drafter_file
+from localspec.backend.drafter_files import drafter_file
 from localspec.backend.gguf_file import check_exists, check_gguf
 from localspec.backend.hardware import physical_cores
 from localspec.backend.model import Model
@@ -94,12 +94,11 @@ def _runnable(alias: str, draft: Path | None, notify: Callable[[str], None]) -> 
     if draft is None or not draft.is_file():
         return draft
     held = drafter_file(check_gguf(draft, "draft"))
-    if held.kind in RUNS and not held.variant:
+    if held.runs:
         return draft
-    variant = f" ({held.variant})" if held.variant else ""
     notify(
-        f"{alias}'s drafter is {KIND_NAMES[held.kind]}{variant}, which localspec does not run yet: "
-        "drafting with n-gram prompt lookup instead"
+        f"{alias}'s drafter is {held.name}, which localspec does not run yet: drafting with n-gram "
+        "prompt lookup instead"
     )
     return None
 
