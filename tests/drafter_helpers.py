@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 from cli_helpers import CLI, localspec
 from conftest import assert_greedy_equivalent
 
@@ -44,6 +45,18 @@ def raw_context(model, other, target: Model, ctx_type: int = llama_cpp.LLAMA_CON
     if other is not None:
         params.ctx_other = other
     return llama_cpp.llama_init_from_model(model, params)
+
+
+def assert_the_targets_rows_matter(target: Model, context: list[int]) -> None:
+    """A head handed none of the target's rows predicts other logits after `context`: the checks
+    that it is fed the right ones can fail."""
+    assert target.head is not None and target.hidden is not None
+    target.prefill(context[:-1])
+    right = target.head.sync(context).copy()
+    target.hidden.cut(0)
+    target.head.exact = 0
+    wrong = target.head.sync(context)
+    assert np.abs(right - wrong).max() > 0.1 * np.abs(right).max()
 
 
 def drafted_as_alone(target: Model, drafter: Drafter, mode: str, prompts: list[str]) -> int:
