@@ -741,29 +741,6 @@ def test_malformed_input_and_unknown_routes_answer_json_and_the_server_goes_on(s
     assert call(served, "POST", "/v1/chat/completions", chat_body(max_tokens=4))[0] == 200
 
 
-def test_concurrent_clients_each_get_their_own_output(served: Served):
-    prompts = [f"Name {n} animals that live in the sea." for n in range(2, 10)]
-    client = served.client()
-
-    def ask(i: int) -> str:
-        kw = dict(
-            model="smollm2-f16",
-            messages=[{"role": "user", "content": prompts[i]}],
-            temperature=0,
-            max_tokens=24,
-            extra_body={"speculative.mode": "fixed"},
-        )
-        if i % 2:
-            return stream_text(client.chat.completions.create(stream=True, **kw))[0]
-        return client.chat.completions.create(**kw).choices[0].message.content
-
-    alone = [ask(i) for i in range(8)]
-    with ThreadPoolExecutor(8) as pool:
-        together = list(pool.map(ask, range(8)))
-    assert together == alone
-    assert len(set(alone)) > 4  # different prompts, different answers: nobody got another's
-
-
 def test_a_conversation_resent_evaluates_only_its_new_suffix_across_interleaved_requests(served: Served):
     first = [{"role": "user", "content": "Tell me about lighthouses."}]
     code, a, _ = call(
@@ -922,7 +899,8 @@ def test_any_model_name_is_served_and_every_request_is_logged_once(served: Serve
 
 
 def test_an_alias_json_log_lines_and_the_wait_behind_another_request(smollm2_q4: Path):
-    s = start("-m", str(smollm2_q4), "--alias", "house-model", "--log-format", "json")
+    # One generation at a time: the second request waits behind the first.
+    s = start("-m", str(smollm2_q4), "--alias", "house-model", "--log-format", "json", "--parallel", "1")
     try:
         assert [m.id for m in s.client().models.list().data] == ["house-model"]
         with ThreadPoolExecutor(2) as pool:
@@ -952,7 +930,8 @@ def test_an_alias_json_log_lines_and_the_wait_behind_another_request(smollm2_q4:
 
 
 def test_api_key_queue_overflow_and_a_clean_stop(smollm2_q4: Path):
-    s = start("-m", str(smollm2_q4), "--api-key", "sesame", "--max-queue", "1", "--shutdown-timeout", "30")
+    queue = ("--max-queue", "1", "--parallel", "1")  # one generating, one waiting, then 503
+    s = start("-m", str(smollm2_q4), "--api-key", "sesame", *queue, "--shutdown-timeout", "30")
     try:
         assert call(s, "GET", "/health")[0] == 200  # probes need no key
         code, out, _ = call(s, "GET", "/v1/models")

@@ -90,6 +90,7 @@ def test_every_field_says_when_it_may_change():
     }
     load = {n for n, a in FIELDS.items() if a.phase == LOAD}
     assert load == {
+        "parallel",
         "ctx",
         "threads",
         "draft_threads",

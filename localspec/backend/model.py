@@ -64,7 +64,7 @@ class Model(TokenText, TreeSequences):
         # llama.cpp pads the context to a multiple of 256 but caps the batch at the size asked for:
         # asking for the padded size keeps a tiny --ctx from a batch of one token (which aborts
         # llama.cpp outright with several sequences).
-        cparams.n_ctx = -(-requested // CTX_PAD) * CTX_PAD
+        cparams.n_ctx = -(-requested // CTX_PAD) * CTX_PAD * options.lanes
         cparams.n_batch = options.n_batch
         cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = options.n_seq_max
@@ -134,6 +134,10 @@ class Model(TokenText, TreeSequences):
         if self.argmax is not None and self.argmax.on:
             return self.argmax.rows(rows, first)
         return self.logits.rows(rows, first)
+
+    def priced(self, width: int, seconds: float) -> float:
+        """What a pass over `width` tokens that took `seconds` costs (a lane's pass shares its cost)."""
+        return seconds
 
     def set_threads(self, n: int) -> None:
         """Run later passes (generation and prompt alike) on n threads, the heads' too."""
@@ -213,14 +217,17 @@ class Model(TokenText, TreeSequences):
         # of a short pass. Only long passes (prompts) need to stop mid-way; the generation loop
         # checks for Ctrl-C between its short ones.
         self.passes += 1
-        watch = n_tokens >= ABORTABLE_BATCH
-        if watch != self._watching:
-            cb = self._abort_cb if watch else ctypes.cast(None, llama_cpp.ggml_abort_callback)
-            llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
-            self._watching = watch
+        self.watch(n_tokens >= ABORTABLE_BATCH)
         rc, seconds = decode_synced(self.ctx, self._batch)
         self.busy_s += seconds
         return rc
+
+    def watch(self, on: bool) -> None:
+        """Whether the next passes watch the cancel event (a Python call for every graph node)."""
+        if on != self._watching:
+            cb = self._abort_cb if on else ctypes.cast(None, llama_cpp.ggml_abort_callback)
+            llama_cpp.llama_set_abort_callback(self.ctx, cb, None)
+            self._watching = on
 
     def prefill(
         self, tokens: Sequence[int], reevaluate_last: bool = False, top_only: bool | None = None

@@ -35,6 +35,7 @@ class ModelOptions:
     tensor_split: tuple[float, ...] = ()  # in what proportions (empty: by free memory)
     rollback_snapshots: int = 0  # recurrent-state snapshots (llama.cpp n_rs_seq) for partial rollback
     n_seq_max: int = 1  # > 1 for tree drafting: branches live in separate sequences of one unified cache
+    lanes: int = 1  # generations at once (backend/lanes.py): the context holds n_ctx tokens for each
     slots: int = 0  # token sequences kept (in host memory) after their generation, a server's conversations
     chat_template: str | None = None  # the user's, over the GGUF's
     # Load the NextN heads too, and keep every pass's hidden states for them (backend/mtp.py)

@@ -135,6 +135,20 @@ class LoadSettings:
             ),
         ),
     )
+    parallel: int = field(
+        default=0,
+        metadata=described(
+            flag="--parallel",
+            panel=SERVER,
+            phase=LOAD,
+            alias=False,
+            server_only=True,
+            help="Server: requests generated at once, their passes made together; beyond them, requests "
+            "queue (0: up to 4, as memory allows; 1 with a drafter that reads the target's state or a "
+            "recurrent model).",
+            check=within(0, 64),
+        ),
+    )
     slots: int = field(
         default=4,
         metadata=described(

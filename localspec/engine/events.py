@@ -91,6 +91,8 @@ class GenerationStats:
     threads: int = 0
     threads_fewest: int = 0
     threads_default: int = 0
+    # Requests whose passes its target passes shared, on average (a server's --parallel; 1: alone)
+    batch: float = 1.0
 
     @property
     def speedup_estimate(self) -> float:

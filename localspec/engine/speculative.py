@@ -246,7 +246,7 @@ class SpeculativeEngine:
         if self.governor is not None:
             self.governor.observe(costs.verify(width), costs.relative(width), verify_s)
             stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
-        costs.observe_verify(width, verify_s)
+        costs.observe_verify(width, self.target.priced(width, verify_s))
         if draft.tokens:
             self.controller.update(draft.key, depth, len(path), judged(draft, path))
             stats.n_steps_drafted += 1

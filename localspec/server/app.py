@@ -100,6 +100,10 @@ class Server:
     async def prometheus(self, request: Request) -> Response:
         self._authorize(request)
         self.metrics.waiting.set(self.scheduler.waiting)
+        self.metrics.running.set(self.scheduler.generating)
+        if self.loaded.lockstep is not None:
+            for lanes, count in sorted(self.loaded.lockstep.passes_of(self.loaded.target).lanes.items()):
+                self.metrics.passes.labels(str(lanes)).set(count)
         return Response(self.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # --- completions -----------------------------------------------------------------------
@@ -126,7 +130,7 @@ class Server:
                 else ("", req.values)
             )
             tokens = await run_in_threadpool(self._tokens, req, fmt)
-            room = self.loaded.target.n_ctx - len(tokens)
+            room = self.loaded.n_ctx - len(tokens)
             # A request that names no limit may fill the context (OpenAI's and llama-server's default).
             config = generation_config(
                 self._settings({"max_tokens": min(self.config.settings.max_tokens, room), **values})
@@ -194,16 +198,17 @@ class Server:
                 raise bad(
                     "prompt", f"token id {wrong} is not in the model's vocabulary ({target.n_vocab} ids)"
                 )
-        if len(tokens) >= target.n_ctx:
+        n_ctx = self.loaded.n_ctx
+        if len(tokens) >= n_ctx:
             raise bad(
                 where,
-                f"the prompt is {len(tokens)} tokens, the context holds {target.n_ctx} (start the server "
+                f"the prompt is {len(tokens)} tokens, the context holds {n_ctx} (start the server "
                 "with a larger --ctx)",
             )
         return tokens
 
     def _fitting(self, text: str, where: str) -> str:
-        n_ctx = self.loaded.target.n_ctx
+        n_ctx = self.loaded.n_ctx
         if tokens_in_prefix(self.loaded.target, text) >= n_ctx:
             raise bad(
                 where,

@@ -36,6 +36,13 @@ class Metrics:
         self.generated = Counter("localspec:generation_tokens", "Tokens generated.", registry=r)
         self.requests = Counter("localspec:requests", "Requests by outcome.", ["outcome"], registry=r)
         self.waiting = Gauge("localspec:num_requests_waiting", "Requests queued for generation.", registry=r)
+        self.running = Gauge("localspec:num_requests_running", "Requests generating.", registry=r)
+        self.passes = Gauge(
+            "localspec:target_passes",
+            "Target passes by the number of requests generated together in them (--parallel).",
+            ["requests"],
+            registry=r,
+        )
         self.ttft = Histogram(
             "localspec:time_to_first_token_seconds",
             "From arrival to the first generated token.",

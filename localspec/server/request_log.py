@@ -1,5 +1,6 @@
 """One line on stderr per request, once its response has been sent: method, path, status, time, and
-for a generation its tokens, speed, drafts and how long it waited behind others (`--log-format
+for a generation its tokens, speed, drafts, how long it waited behind others and how many requests
+its passes were shared with on average (`--log-format
 json`: one JSON object a line, for machines)."""
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def fields(
             "drafted": stats.n_drafted,
             "accepted": stats.n_accepted,
             "queue_ms": round(state.get("queue_ms", 0.0)),
+            "batch": round(stats.batch, 2),
         }
     return out
 
@@ -52,6 +54,8 @@ def line(f: dict[str, Any], fmt: str) -> str:
             f"{f['tokens_per_second']:.1f} tok/s"
             f" · drafted {f['drafted']}, accepted {f['accepted']} · queued {f['queue_ms']} ms"
         )
+        if f["batch"] > 1:
+            text += f" · batch {f['batch']:.1f}"
     return text
 
 

@@ -1,10 +1,15 @@
-"""One generation at a time, in arrival order, on a thread of its own; the HTTP side hands in jobs
+"""Generations in arrival order, each on a worker thread of its own; the HTTP side hands in jobs
 and reads their events from an asyncio queue.
 
-A job whose client left is dropped from the queue, or, when it is the one generating, stopped
-within a step: the models' llama_decode calls watch the same event, so even a long prompt pass
-stops. Shutting down answers the queued jobs at once and lets the running one finish (the HTTP
-server cancels it when its grace period ends)."""
+One worker by default; with --parallel N, N workers, each over a lane (backend/lanes.py) of the
+same models, whose passes run together. A queued job goes to the free worker whose cache shares
+the longest prefix with it (its conversation's lane).
+
+A job whose client left is dropped from the queue, or, when it is generating, stopped within a
+step: a single worker's llama_decode calls watch the same event, so even a long prompt pass stops
+(lanes' passes are shared, so a lane stops between them, its prompt read in short pieces).
+Shutting down answers the queued jobs at once and lets the running ones finish (the HTTP server
+cancels them when its grace period ends)."""
 
 from __future__ import annotations
 
@@ -16,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from localspec.backend.slots import common_prefix
 from localspec.engine.events import DoneEvent, PromptEvent, TokenEvent
-from localspec.engine.speculative import GenerationConfig
+from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.server.api_error import ApiError, internal
 from localspec.session.loader import Loaded
@@ -56,6 +62,17 @@ class Job:
             pass
 
 
+@dataclass(eq=False)
+class Worker:
+    """A thread that generates one job at a time with its engine."""
+
+    engine: SpeculativeEngine
+    cancel: threading.Event  # what its generation's passes and steps watch
+    job: Job | None = None  # the job it generates
+    free: bool = False  # waiting for a job
+    used: int = -1  # when it last took a job (-1: never)
+
+
 class Scheduler:
     def __init__(self, loaded: Loaded, max_queue: int, on_error: Callable[[BaseException], None]) -> None:
         self.loaded = loaded
@@ -63,23 +80,32 @@ class Scheduler:
         self._on_error = on_error
         self._queue: deque[Job] = deque()
         self._cv = threading.Condition()
-        self._current: Job | None = None
         self._stopping = False
-        self._thread = threading.Thread(target=self._work, name="localspec-generation", daemon=True)
-        self._thread.start()
+        engines = loaded.lanes or [loaded.engine]
+        self.workers = [Worker(e, loaded.cancel if not loaded.lanes else threading.Event()) for e in engines]
+        self._threads = [
+            threading.Thread(target=self._work, args=(w,), name=f"localspec-generation-{i}", daemon=True)
+            for i, w in enumerate(self.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def waiting(self) -> int:
         return len(self._queue)
 
+    @property
+    def generating(self) -> int:
+        return sum(w.job is not None for w in self.workers)
+
     def submit(self, job: Job) -> None:
         with self._cv:
             if self._stopping:
                 raise ShuttingDown()
-            if self._current is not None and len(self._queue) >= self.max_queue:
+            if not any(w.free for w in self.workers) and len(self._queue) >= self.max_queue:
                 raise QueueFull()
             self._queue.append(job)
-            self._cv.notify()
+            self._cv.notify_all()
 
     def leave(self, job: Job) -> bool:
         """The job's client went away: drop it from the queue, or stop it if it is generating.
@@ -88,15 +114,19 @@ class Scheduler:
             if job.done or job.left:
                 return False
             job.left = True
-            if job is self._current:
-                self.loaded.cancel.set()
+            worker = self._worker_of(job)
+            if worker is not None:
+                worker.cancel.set()
             elif job in self._queue:
                 self._queue.remove(job)
             return True
 
+    def _worker_of(self, job: Job) -> Worker | None:
+        return next((w for w in self.workers if w.job is job), None)
+
     def stop(self, grace: float | None = None) -> None:
-        """Accept nothing more and answer every queued job; the running one goes on, for `grace`
-        seconds if given, and is then cancelled."""
+        """Accept nothing more and answer every queued job; the running ones go on, for `grace`
+        seconds if given, and are then cancelled."""
         with self._cv:
             if grace is not None and not self._stopping:
                 timer = threading.Timer(grace, self.cancel_running)
@@ -105,37 +135,68 @@ class Scheduler:
             self._stopping = True
             while self._queue:
                 self._queue.popleft().post(ShuttingDown())
-            self._cv.notify()
+            self._cv.notify_all()
 
     def cancel_running(self) -> bool:
-        """Stop the generation under way within a step (its client is answered); False if none runs."""
+        """Stop the generations under way within a step (their clients are answered); False if none runs."""
         with self._cv:
-            if self._current is not None:
-                self.loaded.cancel.set()
-            return self._current is not None
+            running = [w for w in self.workers if w.job is not None]
+            for worker in running:
+                worker.cancel.set()
+            return bool(running)
 
     @property
     def running(self) -> bool:
-        return self._current is not None
+        return self.generating > 0
 
     def join(self, timeout: float | None = None) -> None:
-        self._thread.join(timeout)
+        for thread in self._threads:
+            thread.join(timeout)
 
-    def _next(self) -> Job | None:
+    def _next(self, worker: Worker) -> Job | None:
         with self._cv:
-            while not self._queue and not self._stopping:
+            worker.free = True
+            while True:
+                if self._queue and self._best_for(self._queue[0]) is worker:
+                    break
+                if self._stopping and not self._queue:
+                    worker.free = False
+                    return None
                 self._cv.wait()
-            if not self._queue:
-                return None
-            job = self._current = self._queue.popleft()
+            job = worker.job = self._queue.popleft()
+            worker.used = max(w.used for w in self.workers) + 1
+            worker.free = False
             job.started = time.perf_counter()
-            self.loaded.cancel.clear()
+            worker.cancel.clear()
+            self._cv.notify_all()  # the next job may be another free worker's
             return job
 
-    def _work(self) -> None:
-        while (job := self._next()) is not None:
+    def _best_for(self, job: Job) -> Worker:
+        """The free worker whose cache shares the longest prefix with the job's prompt (its
+        conversation's lane) where that is at least half of what it holds, else the free worker used
+        least recently: a short request between two turns (a chat UI's title) shares little more
+        than the system prompt with a conversation, and must not take its lane (as slots.py)."""
+        free = [w for w in self.workers if w.free]
+        shared, best = max(
+            ((common_prefix(w.engine.target.cached, job.tokens), w) for w in free), key=lambda t: t[0]
+        )
+        if shared and 2 * shared >= len(best.engine.target.cached):
+            return best
+        return min(free, key=lambda w: w.used)
+
+    def _work(self, worker: Worker) -> None:
+        lockstep = self.loaded.lockstep
+        while (job := self._next(worker)) is not None:
+            if lockstep is not None:
+                lockstep.join()
+            lane = worker.engine.target
+            passes, beside = lane.passes, getattr(lane, "beside", lane.passes)
             try:
-                for ev in self.loaded.engine.generate(job.tokens, job.config, self.loaded.cancel):
+                for ev in worker.engine.generate(job.tokens, job.config, worker.cancel):
+                    if isinstance(ev, DoneEvent) and lane.passes > passes:
+                        ev.stats.batch = (getattr(lane, "beside", lane.passes) - beside) / (
+                            lane.passes - passes
+                        )
                     if isinstance(ev, (TokenEvent, PromptEvent, DoneEvent)):
                         job.post(ev)
             except LocalspecError as e:
@@ -144,5 +205,7 @@ class Scheduler:
                 self._on_error(e)
                 job.post(internal(e))
             finally:
+                if lockstep is not None:
+                    lockstep.leave()
                 with self._cv:
-                    job.done, self._current = True, None
+                    job.done, worker.job = True, None

@@ -107,20 +107,30 @@ def suffix_memory(
     return memory
 
 
-def session_drafter(
+def drafting_sources(
     target: Model,
-    draft: Model | None,
     settings: Settings,
     metas: Sequence[Meta],
     notify: Callable[[str], None],
     scope: str | None = None,
-) -> Drafter | None:
-    """The drafter `run`, `chat` and `serve` draft with (`metas`: the datastores, read before
-    loading; `notify` hears of a damaged suffix cache or datastore). The suffix cache is used
-    unless --no-suffix-cache or suffix drafting is not in use."""
+) -> tuple[Memory | None, list[Memory]]:
+    """What suffix drafting continues from: the suffix cache (unless --no-suffix-cache or suffix
+    drafting is not in use) and the datastores (`metas`, read before loading); `notify` hears of a
+    damaged one."""
     cached = settings.suffix_cache and settings.lookup_via == "suffix"
     digest = vocab_digest(check_gguf(target.path)) if metas or cached else ""  # parsed once, for both
     stores = open_datastores(metas, target, digest, notify) if metas else []
     memory = suffix_memory(target, settings, digest, notify, scope) if cached else None
+    return memory, stores
+
+
+def session_drafter(
+    target: Model,
+    draft: Model | None,
+    settings: Settings,
+    memory: Memory | None,
+    stores: Sequence[Memory],
+) -> Drafter | None:
+    """The drafter `run`, `chat` and `serve` draft with, over `drafting_sources`."""
     kind = default_drafter(draft is not None, settings, target.head is not None)
     return make_drafter(kind, target, draft, settings, memory, stores)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from localspec.backend import rpc
@@ -16,6 +16,7 @@ from localspec.backend.drafter_files import DRAFT_MODEL, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
+from localspec.backend.lanes import Lockstep
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.model_options import HeadFile, flash_attn_for
 from localspec.backend.mtp_archs import check_heads, drafts_itself
@@ -28,7 +29,8 @@ from localspec.engine.speculative import SpeculativeEngine
 from localspec.engine.threads import ThreadGovernor
 from localspec.errors import LocalspecError
 from localspec.session.datastores import datastore_metas
-from localspec.session.drafting import session_drafter
+from localspec.session.drafting import drafting_sources, session_drafter
+from localspec.session.lanes import default_lane_count, lane_engines, recurrent
 from localspec.session.memory_fit import check_context_fits
 from localspec.session.model_files import ModelFiles, names_file
 
@@ -42,6 +44,15 @@ class Loaded:
     # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
     cancel: threading.Event
     draft_load_s: float = 0.0  # of load_s, the draft's: what the target alone would not have waited
+    # A server's engines for requests generated at once (--parallel > 1; backend/lanes.py), over
+    # sequences of the same models, and what makes their passes together. Empty: `engine` alone.
+    lanes: list[SpeculativeEngine] = field(default_factory=list)
+    lockstep: Lockstep | None = None
+
+    @property
+    def n_ctx(self) -> int:
+        """The tokens one request's context holds (with lanes, each has its share of the target's)."""
+        return self.target.n_ctx // self.target.options.lanes
 
     @property
     def files(self) -> ModelFiles:
@@ -88,8 +99,9 @@ def load_models(
     notify: Callable[[str], None] = lambda _m: None,
 ) -> tuple[Model, Model | None, float]:
     """Check both files and their vocabularies before any weights are loaded, then load them
-    (serving: each keeping settings.slots conversations in its cache): (the target, the draft, the
-    seconds loading the draft took, which the target alone would not have)."""
+    (serving: with a context for each of --parallel requests, or keeping settings.slots
+    conversations beside one): (the target, the draft, the seconds loading the draft took, which the
+    target alone would not have). The target's options.lanes: how many requests are generated at once."""
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
@@ -121,8 +133,11 @@ def load_models(
         )
     # Tree drafting keeps each branch in a sequence of its own, in target and draft (or heads) alike.
     trees = files.draft is not None or settings.lookup_via == "suffix" or bool(heads)
-    n_seq_max = settings.draft_branches if trees else 1
-    slots = settings.slots if serving else 0
+    infos = [info for info in (target_info, draft_info) if info is not None]
+    one_only = bool(heads or head) or recurrent(target_info)
+    lanes = default_lane_count(settings, infos, one_only) if serving else 1
+    n_seq_max = max(settings.draft_branches if trees else 1, lanes)
+    slots = settings.slots if serving and lanes == 1 else 0
     threads = settings.threads or cores
     target_layers = (-1 if servers else gpu) if settings.gpu_layers is None else settings.gpu_layers
     target = _model(
@@ -136,6 +151,7 @@ def load_models(
             tensor_split=split,
             rollback_snapshots=settings.draft_max + 1,
             n_seq_max=n_seq_max,
+            lanes=lanes,
             slots=slots,
             chat_template=settings.chat_template,
             mtp=bool(heads),
@@ -149,6 +165,14 @@ def load_models(
     if servers:
         rpc.keep_alive(servers)
         rpc.watch(target.timer, servers)
+    if target.recurrent and lanes > 1:  # an architecture whose file did not say so (session/lanes.py)
+        target.close()
+        if not settings.parallel:
+            return load_models(files, settings.merged({"parallel": 1}), cancel, verbose, serving, notify)
+        flag = Settings.about("parallel").flag
+        raise LocalspecError(
+            f"{files.model.name} is a recurrent model, whose state one sequence keeps: serve it with {flag} 1"
+        )
     if files.draft is None or head is not None:
         return target, None, target.head_load_s
     draft_threads = settings.draft_threads or cores
@@ -157,11 +181,12 @@ def load_models(
         draft = _model(
             files.draft,
             ModelOptions(
-                n_ctx=target.n_ctx,
+                n_ctx=target.n_ctx // lanes,
                 n_threads=draft_threads,
                 n_threads_batch=draft_threads,
                 n_gpu_layers=draft_layers,
                 n_seq_max=n_seq_max,
+                lanes=lanes,
                 slots=slots,
                 flash_attn=_flash_attn(settings, draft_layers, None),
                 verbose=verbose,
@@ -206,13 +231,19 @@ def load(
     cancel = cancel or threading.Event()
     metas = datastore_metas(settings.datastore)
     target, draft, draft_load_s = load_models(files, settings, cancel, verbose, serving, notify)
+    lanes = target.options.lanes
     try:
-        drafter = session_drafter(target, draft, settings, metas, notify, scope)
+        memory, stores = drafting_sources(target, settings, metas, notify, scope)
+        drafter = session_drafter(target, draft, settings, memory, stores)
+        engines, lockstep = (
+            lane_engines(target, draft, lanes, settings, memory, stores) if lanes > 1 else ([], None)
+        )
     except BaseException:
         target.close()
         if draft is not None:
             draft.close()
         raise
     engine = SpeculativeEngine(target, drafter, drafter.name if drafter else "none")
-    engine.governor = thread_governor(target, draft, settings)
-    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel, draft_load_s)
+    # Lanes share their models' threads: the governor would move them under one lane's feet.
+    engine.governor = thread_governor(target, draft, settings) if lanes == 1 else None
+    return Loaded(engine, target, draft, time.perf_counter() - t0, cancel, draft_load_s, engines, lockstep)

@@ -1,0 +1,264 @@
+"""`serve --parallel`: requests generated together, their passes made as one (backend/lanes.py),
+each request's output what it would be alone."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import pytest
+from conftest import model_options
+from server_helpers import Served, call, start
+from test_server import metric
+
+from localspec.backend.gguf_file import GGUFInfo, check_gguf
+from localspec.backend.lanes import Lockstep, lanes_of
+from localspec.backend.model import Model
+from localspec.bench.ties import TIE_TOLERANCE
+from localspec.config.settings import Settings
+from localspec.errors import LocalspecError
+from localspec.session.lanes import MOST_BY_DEFAULT, lane_count, recurrent
+
+PROMPTS = [
+    "Name five animals that live in the sea.",
+    "Write a haiku about the moon.",
+    "Explain what a compiler does.",
+    "Give three tips for a job interview.",
+]
+
+
+# --- lanes over the tiny target -----------------------------------------------------------------
+def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
+    alone = Model(tiny.target, model_options(512))
+    base = Model(tiny.target, replace(model_options(512), n_seq_max=3, lanes=3))
+    lockstep = Lockstep()
+    lanes = lanes_of(base, 3, lockstep)
+    assert [lane.n_ctx for lane in lanes] == [base.n_ctx // 3] * 3 and base.n_ctx >= 3 * 512
+    texts = {0: [1, 5, 9, 13, 17, 21], 1: [2, 4, 6], 2: [3, 7, 11, 15]}
+    got: dict[tuple[int, str], np.ndarray] = {}
+    started = threading.Barrier(3)
+
+    def generate(i: int) -> None:
+        lane = lanes[i]
+        lockstep.join()
+        started.wait()
+        try:
+            got[i, "all"] = lane.decode(texts[i], all_logits=True).copy()
+            lane.truncate(2)  # a rejected tail dropped
+            got[i, "again"] = lane.decode(texts[i][2:], all_logits=False).copy()
+            got[i, "sync"] = lane.sync([*texts[i], 30]).copy()
+        finally:
+            lockstep.leave()
+
+    threads = [threading.Thread(target=generate, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        # Within llama.cpp's drift between passes of other shapes (bench/ties.py: ~1e-2); another
+        # lane's rows, or the wrong position's, differ by whole units.
+        for i, text in texts.items():
+            alone.truncate(0)
+            expected = alone.decode(text, all_logits=True).copy()
+            np.testing.assert_allclose(got[i, "all"], expected, atol=2e-2)
+            np.testing.assert_allclose(got[i, "again"][0], expected[-1], atol=2e-2)
+            np.testing.assert_allclose(got[i, "sync"], alone.sync([*text, 30]), atol=2e-2)
+            assert np.abs(got[i, "sync"] - expected[-1]).max() > 0.5
+            assert lanes[i].cached == [*text, 30]
+        # Every pass but a lane's last was shared by all three.
+        assert lockstep.passes_of(base).lanes[3] >= 2
+        assert all(lane.beside / lane.passes > 2 for lane in lanes)
+    finally:
+        alone.close()
+        base.close()
+
+
+def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
+    base = Model(tiny.target, replace(model_options(256), n_seq_max=4, lanes=4))
+    try:
+        lockstep = Lockstep()
+        lane = lanes_of(base, 4, lockstep)[0]
+        passes = lockstep.passes_of(base)
+        for tokens in (4, 8, 12, 16):  # seconds = 10 ms + 1 ms a token
+            passes.add(4, tokens, 0.010 + 0.001 * tokens)
+        lane.last = (4, 1)  # alone: as measured
+        assert lane.priced(4, 0.5) == 0.5
+        lane.last = (12, 4)  # four lanes, 12 tokens, 5 of them this lane's
+        # the pass with this lane at one token (8 tokens), and its 4 extra tokens, once for each lane
+        assert lane.priced(5, 0.5) == pytest.approx(0.018 + 4 * 0.001 * 4)
+        assert lane.priced(1, 0.5) == pytest.approx(0.022)
+    finally:
+        base.close()
+
+
+# --- how many ---------------------------------------------------------------------------------
+def test_parallel_defaults_to_four_as_memory_allows_and_one_where_a_drafter_reads_the_target(tiny):
+    infos = [check_gguf(tiny.target)]
+    default = Settings(ctx=512)
+    assert lane_count(default, infos, False, None) == MOST_BY_DEFAULT
+    assert lane_count(default, infos, False, 10**12) == MOST_BY_DEFAULT
+    assert lane_count(default, infos, False, 1) == 1  # no memory to spare: one
+    assert lane_count(replace(default, parallel=7), infos, False, 1) == 7  # asked for: as asked
+    assert lane_count(default, infos, True, None) == 1
+    assert lane_count(replace(default, draft_branches=3), infos, False, None) == 1
+    with pytest.raises(LocalspecError, match=r"^--parallel 2: a drafter that reads the target's state, or a"):
+        lane_count(replace(default, parallel=2), infos, True, None)
+    with pytest.raises(LocalspecError, match=r"^--parallel 3: draft trees \(--draft-branches\)"):
+        lane_count(replace(default, parallel=3, draft_branches=2), infos, False, None)
+
+
+# --- the server ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served(smollm2_f16: Path, smollm2_q4: Path) -> Iterator[Served]:
+    s = start("-m", str(smollm2_f16), "-d", str(smollm2_q4), "--ctx", "1024", "--parallel", "4")
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+def ask(served: Served, prompt: str, max_tokens: int = 24, stream: bool = False, **extra: object) -> list:
+    """The reply's tokens with their top logprobs (greedy)."""
+    kw = dict(
+        model="m",
+        messages=[{"role": "user", "content": prompt}],
+        temperature=0,
+        max_tokens=max_tokens,
+        logprobs=True,
+        top_logprobs=2,
+        **extra,
+    )
+    client = served.client()
+    if not stream:
+        return client.chat.completions.create(**kw).choices[0].logprobs.content
+    out = []
+    for chunk in client.chat.completions.create(stream=True, **kw):
+        if chunk.choices and chunk.choices[0].logprobs:
+            out.extend(chunk.choices[0].logprobs.content or [])
+    return out
+
+
+def assert_same_up_to_a_tie(alone: list, together: list) -> None:
+    """Greedy replies equal, or parting where the target's two best tokens were within the tie
+    tolerance (llama.cpp's logits move by ~1e-2 with a pass's other rows: bench/ties.py)."""
+    a, b = [c.token for c in alone], [c.token for c in together]
+    first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]), None)
+    if first is None:
+        assert len(a) == len(b)
+        return
+    top = {t.token: t.logprob for t in alone[first].top_logprobs}
+    assert b[first] in top and top[a[first]] - top[b[first]] <= TIE_TOLERANCE, (
+        first,
+        a[first],
+        b[first],
+        top,
+    )
+
+
+def test_four_requests_at_once_each_as_alone_and_their_passes_shared(served: Served):
+    before = passes_of(served, 4)
+    alone = [ask(served, p, stream=i % 2 == 1) for i, p in enumerate(PROMPTS)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(lambda i: ask(served, PROMPTS[i], stream=i % 2 == 1), range(4)))
+    assert time.perf_counter() - t0 < 120
+    for a, b in zip(alone, together, strict=True):
+        assert_same_up_to_a_tie(a, b)
+    assert len({tuple(c.token for c in a) for a in alone}) == 4  # nobody got another's
+    assert passes_of(served, 4) > before
+    logged = [line for line in served.log if "· batch " in line]
+    assert len(logged) >= 4, "".join(served.log[-8:])
+
+
+def passes_of(served: Served, requests: int) -> float:
+    """Target passes shared by `requests` requests so far (/metrics; 0 before the first)."""
+    name = f'localspec:target_passes{{requests="{requests}"}}'
+    return metric(served, name) if name in call(served, "GET", "/metrics")[1] else 0.0
+
+
+def test_requests_join_and_leave_a_long_one_mid_generation(served: Served):
+    long_prompt = "Count from 1 to 200, one number per line."
+    alone_long = ask(served, long_prompt, max_tokens=96)
+    alone_short = [ask(served, p, max_tokens=12) for p in PROMPTS[:2]]
+    client = served.client()
+    stream = client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": long_prompt}],
+        temperature=0,
+        max_tokens=96,
+        logprobs=True,
+        top_logprobs=2,
+        stream=True,
+    )
+    long_tokens, shorts, done = [], [], []
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].logprobs:
+            long_tokens.extend(chunk.choices[0].logprobs.content or [])
+        if len(long_tokens) >= 8 and not shorts:  # joining mid-generation; they leave before it ends
+            shorts = [ThreadPoolExecutor(1).submit(ask, served, p, 12) for p in PROMPTS[:2]]
+            shorts[0].add_done_callback(lambda _f: done.append(len(long_tokens)))
+    assert_same_up_to_a_tie(alone_long, long_tokens)
+    for a, f in zip(alone_short, shorts, strict=True):
+        assert_same_up_to_a_tie(a, f.result(60))
+    assert done and done[0] < len(long_tokens)  # a short one ended while the long one went on
+
+
+def test_a_request_cancelled_mid_stream_leaves_the_others_to_finish(served: Served):
+    alone = [ask(served, p, max_tokens=32) for p in PROMPTS[:2]]
+    cancelled = metric(served, 'localspec:requests_total{outcome="cancelled"}')
+    client = served.client()
+    with ThreadPoolExecutor(3) as pool:
+        others = [pool.submit(ask, served, p, 32, True) for p in PROMPTS[:2]]
+        stream = client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": "Count from 1 to 500, one number per line."}],
+            max_tokens=400,
+            stream=True,
+        )
+        for n, _chunk in enumerate(stream):
+            if n == 4:
+                stream.close()  # the client leaves
+                break
+        got = [f.result(120) for f in others]
+    for a, b in zip(alone, got, strict=True):
+        assert_same_up_to_a_tie(a, b)
+    deadline = time.time() + 10
+    while (
+        metric(served, 'localspec:requests_total{outcome="cancelled"}') == cancelled
+        and time.time() < deadline
+    ):
+        time.sleep(0.1)
+    assert metric(served, 'localspec:requests_total{outcome="cancelled"}') == cancelled + 1
+    assert metric(served, "localspec:num_requests_running") == 0
+
+
+def test_a_grammar_request_beside_a_free_one(served: Served):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "legs": {"type": "integer"}},
+        "required": ["name", "legs"],
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "animal", "schema": schema}}
+    prompt = "Describe a crab as JSON with its name and number of legs."
+    alone_free = ask(served, PROMPTS[0], max_tokens=32)
+    alone_json = ask(served, prompt, max_tokens=64, response_format=fmt)
+    with ThreadPoolExecutor(2) as pool:
+        free = pool.submit(ask, served, PROMPTS[0], 32)
+        constrained = pool.submit(ask, served, prompt, 64, False, response_format=fmt)
+        free_tokens, json_tokens = free.result(120), constrained.result(120)
+    assert_same_up_to_a_tie(alone_free, free_tokens)
+    assert_same_up_to_a_tie(alone_json, json_tokens)
+    jsonschema.validate(json.loads("".join(c.token for c in json_tokens)), schema)
+
+
+def test_a_recurrent_model_is_told_from_its_file():
+    mamba = GGUFInfo(Path("m.gguf"), {"general.architecture": "mamba", "mamba.ssm.conv_kernel": 4}, [])
+    rwkv = GGUFInfo(Path("r.gguf"), {"general.architecture": "rwkv7", "rwkv7.wkv.head_size": 64}, [])
+    llama = GGUFInfo(Path("l.gguf"), {"general.architecture": "llama", "llama.block_count": 2}, [])
+    assert recurrent(mamba) and recurrent(rwkv) and not recurrent(llama)
