@@ -19,6 +19,7 @@ from server_helpers import Served, call, start
 from test_server import metric
 
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
+from localspec.backend.lane_costs import HOLD_S, PROBE_S, BatchGate
 from localspec.backend.lanes import Lockstep, lanes_of
 from localspec.backend.model import Model
 from localspec.bench.ties import TIE_TOLERANCE
@@ -79,6 +80,50 @@ def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
     finally:
         alone.close()
         base.close()
+
+
+def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_charged_to_the_batch(tiny):
+    target = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
+    draft = Model(tiny.close, replace(model_options(256), n_seq_max=2, lanes=2))
+    try:
+        lockstep = Lockstep()
+        targets = lanes_of(target, 2, lockstep)
+        drafts = lanes_of(draft, 2, lockstep, targets)
+        joined = threading.Barrier(2)
+
+        def drafting_lane() -> None:  # drafts three tokens, then verifies
+            lockstep.join()
+            joined.wait()
+            try:
+                for token in (5, 6, 7):
+                    drafts[0].decode([token], all_logits=False)
+                targets[0].decode([4, 5, 6, 7], all_logits=True)
+            finally:
+                lockstep.leave()
+
+        def plain_lane() -> None:  # verifies at once
+            lockstep.join()
+            joined.wait()
+            try:
+                targets[1].decode([9], all_logits=True)
+            finally:
+                lockstep.leave()
+
+        threads = [threading.Thread(target=drafting_lane), threading.Thread(target=plain_lane)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        # Both verifications in one pass, after the three draft passes
+        assert dict(lockstep.passes_of(target).lanes) == {2: 1}
+        assert dict(lockstep.passes_of(draft).lanes) == {1: 3}
+        # Each draft pass held both lanes: the batch paid twice its time; the plain lane drafted nothing.
+        assert targets[0].draft_factor() == pytest.approx(2.0)
+        assert targets[1].draft_factor() == 1.0
+        assert drafts[0].cached == [5, 6, 7] and targets[0].cached == [4, 5, 6, 7]
+    finally:
+        target.close()
+        draft.close()
 
 
 def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
@@ -262,3 +307,23 @@ def test_a_recurrent_model_is_told_from_its_file():
     rwkv = GGUFInfo(Path("r.gguf"), {"general.architecture": "rwkv7", "rwkv7.wkv.head_size": 64}, [])
     llama = GGUFInfo(Path("l.gguf"), {"general.architecture": "llama", "llama.block_count": 2}, [])
     assert recurrent(mamba) and recurrent(rwkv) and not recurrent(llama)
+
+
+def test_the_batch_gate_tries_drafting_both_ways_keeps_the_better_and_tries_again():
+    gate = BatchGate()
+    assert gate.drafting(1) and gate.drafting(3)  # alone: the engine's own; a new size starts drafting
+    for _ in range(4):
+        gate.add(3, 10, PROBE_S / 4)  # drafting: 20 tokens a second
+    assert not gate.drafting(3)  # then without
+    for _ in range(4):
+        gate.add(3, 15, PROBE_S / 4)  # 30 a second: drafting lost
+    assert not gate.drafting(3) and gate.drafting(2)  # kept for this size; another size is its own
+    gate.add(3, 30, HOLD_S / 2)
+    assert not gate.drafting(3)
+    gate.add(3, 30, HOLD_S / 2 + 0.1)  # the verdict's time is up: drafting is tried again
+    assert gate.drafting(3)
+    gate.add(3, 100, PROBE_S)  # now it wins (50 a second against a fresh 15)
+    gate.add(3, 30, PROBE_S)
+    assert gate.drafting(3)
+    gate.add(1, 1000, 100.0)  # one alone is never tallied
+    assert gate.drafting(1)

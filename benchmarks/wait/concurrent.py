@@ -7,7 +7,8 @@ one server per way for the whole pass, client counts interleaved across them.
 
 Modes: `queue` one request at a time (--parallel 1, as serve ran before #53), `parallel`
 (--parallel as many as the most clients), `parallel-off` (the same, --draft-mode off), `native`
-(llama-server --parallel N with the same draft, where --llama-server names one). For each client
+(llama-server --parallel N with the same draft, where --llama-server names one), `native-off`
+(the same without a draft). For each client
 count and mode: aggregate tokens/s (all replies' tokens over the wall time from the first request
 to the last reply), and the median and worst time to first token and total time a request saw;
 then each mode's aggregate over `queue`'s at the same client count (median over repeats)."""
@@ -29,7 +30,7 @@ from benchmarks.harness.processes import server
 from benchmarks.harness.summary import median, save, table
 from localspec.bench.runs import load_prompts
 
-MODES = ("queue", "parallel", "parallel-off", "native")
+MODES = ("queue", "parallel", "parallel-off", "native", "native-off")
 
 
 def one_request(port: int, prompt: str, n: int) -> tuple[int, float, float]:
@@ -77,11 +78,13 @@ def native_server(binary: Path, target: Path, draft: Path | None, parallel: int,
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
-        for _ in range(600):
+        for _ in range(240):
             with contextlib.suppress(Exception):
                 client.models.list()
                 break
             time.sleep(0.5)
+        else:
+            raise SystemExit(f"llama-server did not answer in 2 minutes: {' '.join(args)}")
         yield port
     finally:
         proc.terminate()
@@ -89,8 +92,9 @@ def native_server(binary: Path, target: Path, draft: Path | None, parallel: int,
 
 
 def started(a, mode: str, most: int, stack: contextlib.ExitStack) -> int:  # noqa: ANN001 -- argparse's namespace
-    if mode == "native":
-        return stack.enter_context(native_server(a.llama_server, a.target, a.draft, most, 2048))
+    if mode.startswith("native"):
+        draft = a.draft if mode == "native" else None
+        return stack.enter_context(native_server(a.llama_server, a.target, draft, most, 2048))
     model = ["-m", str(a.target), "-d", str(a.draft) if a.draft else "none", "--ctx", "2048", *a.extra]
     parallel = ["--parallel", "1" if mode == "queue" else str(most)]
     off = ["--draft-mode", "off"] if mode == "parallel-off" else []
@@ -111,7 +115,7 @@ def main() -> None:
     options.add_extra(ap, "every localspec serve")
     a = options.parse(ap)
     unknown = [m for m in a.modes if m not in MODES]
-    if unknown or ("native" in a.modes and a.llama_server is None):
+    if unknown or (any(m.startswith("native") for m in a.modes) and a.llama_server is None):
         raise SystemExit(f"modes are {', '.join(MODES)}; native needs --llama-server")
     prompts = [p.text for p in load_prompts(a.prompts, a.category, a.limit)]
     most = max(a.clients)

@@ -5,7 +5,7 @@ time run as one llama_decode.
 Each lane's generation runs on a thread of its own, through the same engine and drafters as a
 single generation (sampling, grammars, stop strings, rollback unchanged): only a lane's passes
 differ. A lane's thread parks in `Lockstep.run` with its tokens; when every lane that is generating
-has parked, the last to park runs all of them, one llama_decode per model (target and draft model
+has parked, the lockstep's thread runs them, one llama_decode per model (target and draft model
 alike: the draft model's passes of every lane at one depth go together), and hands each lane a copy
 of its rows. A lane that joins waits at most one pass; one that leaves no longer holds the others.
 
@@ -16,21 +16,21 @@ tokens, between which the other lanes' steps run."""
 from __future__ import annotations
 
 import threading
-from collections import Counter, deque
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import llama_cpp
 import numpy as np
 
-from localspec.backend.batch import decode_synced
+from localspec.backend.batch import DecodeAborted, decode_synced
+from localspec.backend.lane_costs import BatchGate, DraftShare, ModelPasses
 from localspec.backend.model import Model
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import KeptSequences
 from localspec.errors import LocalspecError
 
 LANE_BATCH = 128  # the longest piece of a prompt read in one pass beside other lanes' steps
-FIT_PASSES = 64
 
 
 @dataclass(eq=False)
@@ -44,39 +44,25 @@ class _Pass:
     done: bool = False
 
 
-@dataclass
-class ModelPasses:
-    """A model's passes through the lockstep: how many lanes shared each (for /metrics), and their
-    cost as a line over the tokens in them, seconds = a + b * tokens, fitted by least squares to the
-    latest FIT_PASSES: what a lane's extra tokens cost the batch."""
-
-    lanes: Counter = field(default_factory=Counter)  # lanes in a pass -> passes
-    seen: deque = field(default_factory=lambda: deque(maxlen=FIT_PASSES))  # (tokens, seconds)
-
-    def add(self, lanes: int, tokens: int, seconds: float) -> None:
-        self.lanes[lanes] += 1
-        self.seen.append((tokens, seconds))
-
-    def line(self) -> tuple[float, float] | None:
-        """(a, b), or None until passes of two widths were seen."""
-        if len({t for t, _ in self.seen}) < 2:
-            return None
-        t = np.array([t for t, _ in self.seen], float)
-        s = np.array([s for _, s in self.seen], float)
-        b = float(np.cov(t, s, bias=True)[0, 1] / np.var(t))
-        b = max(b, 0.0)
-        return max(float(s.mean() - b * t.mean()), 0.0), b
-
-
 class Lockstep:
     """Runs the passes lanes ask for at the same time as one llama_decode per model, all of them on
     one thread of its own: llama.cpp's CPU backend keeps a team of OpenMP threads per calling
     thread, and passes from a thread other than the last one's took twice as long (measured: 44
-    against 22 ms for the same one-token pass)."""
+    against 22 ms for the same one-token pass).
+
+    Draft-model passes run first: a lane parked with its verification waits while others draft, so
+    that every lane's verification runs in one pass. Run as they came, a lane's draft pass would
+    share a round with the others' verifications, and a lane drafting k tokens would spend k + 1
+    rounds, each as long as a verification, on a step that earns at most k + 1 tokens: never more
+    than one a round, which not drafting gets."""
 
     def __init__(self) -> None:
         self._cv = threading.Condition()
         self._running = 0  # lanes generating and not parked in run()
+        self._joined = 0  # lanes generating
+        self.gate = BatchGate()
+        self._tokens = 0  # emitted by the lanes since the last round
+        self._last = time.perf_counter()  # when the last round ended
         self._pending: list[_Pass] = []
         self._models: dict[int, ModelPasses] = {}  # by id of the model
         threading.Thread(target=self._serve, name="localspec-passes", daemon=True).start()
@@ -87,12 +73,16 @@ class Lockstep:
     def join(self) -> None:
         """A lane's generation starts: its passes are waited for from now on."""
         with self._cv:
+            if not self._joined:
+                self._last = time.perf_counter()  # idle time is no batch's
             self._running += 1
+            self._joined += 1
 
     def leave(self) -> None:
         """A lane's generation ended: the others' passes no longer wait for it."""
         with self._cv:
             self._running -= 1
+            self._joined -= 1
             self._cv.notify_all()
 
     def run(self, p: _Pass) -> None:
@@ -112,20 +102,49 @@ class Lockstep:
             with self._cv:
                 while not (self._pending and self._running == 0):
                     self._cv.wait()
-                pending, self._pending = self._pending, []
-            by_model: dict[int, list[_Pass]] = {}
-            for p in pending:
-                by_model.setdefault(id(p.lane.base), []).append(p)
-            for group in by_model.values():
-                for batch in _batches(group, group[0].lane.base.n_batch):
-                    self._decode(batch)
+                drafting = [p for p in self._pending if p.lane.drafts]
+                pending = drafting or self._pending
+                self._pending = [p for p in self._pending if p not in pending] if drafting else []
+                held = self._joined
+                reading = any(len(p.tokens) > 1 and not p.every for p in pending)
+            try:
+                self._run(pending, held)
+            except Exception as e:  # noqa: BLE001 -- each lane's request fails, and the server goes on
+                for p in pending:
+                    p.error = p.error or e
             with self._cv:
                 for p in pending:
                     p.done = True
                 self._running += len(pending)
+                self._tally(held, reading)
                 self._cv.notify_all()
 
-    def _decode(self, passes: list[_Pass]) -> None:
+    def emitted(self, tokens: int) -> None:
+        """A lane's step emitted `tokens`."""
+        with self._cv:
+            self._tokens += tokens
+
+    def drafting(self) -> bool:
+        """Whether the lanes' engines draft at the batch's size now (BatchGate)."""
+        return self.gate.drafting(self._joined)
+
+    def _tally(self, held: int, reading: bool) -> None:
+        """The round's time and the tokens emitted since the last, for the gate (a round that read
+        a prompt earns nothing either way, and is left out)."""
+        now = time.perf_counter()
+        if not reading:
+            self.gate.add(held, self._tokens, now - self._last)
+        self._tokens, self._last = 0, now
+
+    def _run(self, pending: list[_Pass], held: int) -> None:
+        by_model: dict[int, list[_Pass]] = {}
+        for p in pending:
+            by_model.setdefault(id(p.lane.base), []).append(p)
+        for group in by_model.values():
+            for batch in _batches(group, group[0].lane.base.n_batch):
+                self._decode(batch, held)
+
+    def _decode(self, passes: list[_Pass], held: int) -> None:
         base = passes[0].lane.base
         batch, n = base._batch, 0
         for p in passes:
@@ -145,6 +164,9 @@ class Lockstep:
         for p in passes:
             p.lane.passes += 1
             p.lane.busy_s += seconds
+            if p.lane.drafts:
+                p.lane.share.seconds += seconds
+                p.lane.share.charged += seconds * held / len(passes)
             p.lane.beside += len(passes)
             p.lane.last = (n, len(passes))
             if rc != 0:
@@ -177,9 +199,20 @@ class Lane(Model):
     weights, the vocabulary, token texts) is the model's. Not a drafter's host: a lane carries no
     MTP heads, no device argmax and no kept slots (its own cache keeps its last conversation)."""
 
-    def __init__(self, base: Model, seq: int, lockstep: Lockstep, n_ctx: int) -> None:  # noqa: D107
+    def __init__(
+        self,
+        base: Model,
+        seq: int,
+        lockstep: Lockstep,
+        n_ctx: int,
+        share: DraftShare,
+        drafts: bool,
+        cancel: threading.Event,
+    ) -> None:
         self.__dict__.update(base.__dict__)
         self.base, self.seq, self.lockstep = base, seq, lockstep
+        self.share, self.drafts = share, drafts  # drafts: a draft model's lane, run first
+        self.cancel = cancel  # set: its next pass (a prompt's next piece) raises DecodeAborted
         self.n_ctx = n_ctx
         self.n_batch = min(base.n_batch, LANE_BATCH)
         self.cached = []
@@ -197,6 +230,8 @@ class Lane(Model):
         return True
 
     def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
+        if self.cancel.is_set():
+            raise DecodeAborted()
         p = _Pass(self, list(chunk), len(self.cached), all_logits)
         self.lockstep.run(p)
         self.cached.extend(chunk)
@@ -220,6 +255,16 @@ class Lane(Model):
         a, b = line
         return max(a + b * (total - width + 1), 1e-6) + lanes * b * (width - 1)
 
+    def may_draft(self) -> bool:
+        return self.lockstep.drafting()
+
+    def stepped(self, tokens: int) -> None:
+        self.lockstep.emitted(tokens)
+
+    def draft_factor(self) -> float:
+        """What the batch paid per second of this lane's draft-model passes since the last call."""
+        return self.share.factor()
+
     def set_threads(self, n: int) -> None:
         """Lanes share their model's threads, which no lane changes alone."""
 
@@ -230,7 +275,16 @@ class Lane(Model):
             self.cached = []
 
 
-def lanes_of(model: Model, count: int, lockstep: Lockstep) -> list[Lane]:
+def lanes_of(
+    model: Model, count: int, lockstep: Lockstep, drafting_for: list[Lane] | None = None
+) -> list[Lane]:
     """`count` lanes over `model`, whose context was made for them (ModelOptions.lanes), each
-    holding an equal share of it."""
-    return [Lane(model, seq, lockstep, model.n_ctx // count) for seq in range(count)]
+    holding an equal share of it; `drafting_for`: the target's lanes these draft for, in order."""
+    shares = [lane.share for lane in drafting_for] if drafting_for else [DraftShare() for _ in range(count)]
+    cancels = (
+        [lane.cancel for lane in drafting_for] if drafting_for else [threading.Event() for _ in range(count)]
+    )
+    return [
+        Lane(model, seq, lockstep, model.n_ctx // count, shares[seq], drafting_for is not None, cancels[seq])
+        for seq in range(count)
+    ]

@@ -139,6 +139,17 @@ class Model(TokenText, TreeSequences):
         """What a pass over `width` tokens that took `seconds` costs (a lane's pass shares its cost)."""
         return seconds
 
+    def draft_factor(self) -> float:
+        """What a second of drafting for this model costs (a lane's held the others: lanes.py)."""
+        return 1.0
+
+    def may_draft(self) -> bool:
+        """Whether `auto` may draft for this model now (a lane's batch may say not: lanes.py)."""
+        return True
+
+    def stepped(self, tokens: int) -> None:
+        """A step emitted `tokens` (what a lane's batch measures drafting by)."""
+
     def set_threads(self, n: int) -> None:
         """Run later passes (generation and prompt alike) on n threads, the heads' too."""
         llama_cpp.llama_set_n_threads(self.ctx, n, n)

@@ -188,6 +188,7 @@ class SpeculativeEngine:
             yield NoticeEvent(f"{self.target.path.name} cannot roll back its state: speculation is off")
         emitted = [*(draft.tokens[i] for i in path), token]
         self._record(run, proposal, path, depth, verify_s)
+        self.target.stepped(len(emitted))
         ctx.extend(emitted)
         yield from emit(run, self.target, self.clock, draft, emitted, len(path))
 
@@ -196,6 +197,8 @@ class SpeculativeEngine:
         if drafter is None or k_max < max(1, config.draft_min):
             return Proposal(Draft())
         floor = config.draft_min
+        if config.draft_mode == "auto" and not self.target.may_draft():
+            return Proposal(Draft())  # beside other requests, drafting lost (backend/lanes.py)
         if config.draft_mode == "auto":
             cap = min(config.max_tokens, self.target.n_ctx - len(run.ctx) + len(run.generated))
             budget = self.controller.plan(k_max, floor, expected_left(len(run.generated), cap, self.ended))
@@ -212,10 +215,12 @@ class SpeculativeEngine:
             measured = time.perf_counter() - wall
             out.seconds = self.clock.draft(draft.source, draft.passes, measured)
             caught_up = out.seconds * min(draft.catch_up_s / measured, 1.0) if draft.catch_up_s else 0.0
-            out.judged_s = out.seconds - caught_up
+            # Beside other requests (a server's lanes), what the batch paid for it
+            batch = self.target.draft_factor()
+            out.judged_s = (out.seconds - caught_up) * batch
             # After a catch-up (left out) every pass counted is a one-token one.
             first = (
-                self.clock.first_pass(draft.source, draft.first_pass_s)
+                self.clock.first_pass(draft.source, draft.first_pass_s) * batch
                 if draft.passes and not caught_up
                 else None
             )
@@ -246,12 +251,14 @@ class SpeculativeEngine:
         if self.governor is not None:
             self.governor.observe(costs.verify(width), costs.relative(width), verify_s)
             stats.threads_fewest = min(stats.threads_fewest, self.governor.current)
-        costs.observe_verify(width, self.target.priced(width, verify_s))
+        # Beside other requests, what the pass cost the batch (as judged_s is what the draft did)
+        priced = self.target.priced(width, verify_s)
+        costs.observe_verify(width, priced)
         if draft.tokens:
             self.controller.update(draft.key, depth, len(path), judged(draft, path))
             stats.n_steps_drafted += 1
         self.controller.record_step(
-            proposal.asked, len(draft.tokens), len(path) + 1, proposal.judged_s + verify_s
+            proposal.asked, len(draft.tokens), len(path) + 1, proposal.judged_s + priced
         )
         stats.n_steps += 1
 

@@ -82,7 +82,8 @@ class Scheduler:
         self._cv = threading.Condition()
         self._stopping = False
         engines = loaded.lanes or [loaded.engine]
-        self.workers = [Worker(e, loaded.cancel if not loaded.lanes else threading.Event()) for e in engines]
+        # A lane's passes watch its own event (backend/lanes.py); a single engine's, the models'.
+        self.workers = [Worker(e, getattr(e.target, "cancel", loaded.cancel)) for e in engines]
         self._threads = [
             threading.Thread(target=self._work, args=(w,), name=f"localspec-generation-{i}", daemon=True)
             for i, w in enumerate(self.workers)

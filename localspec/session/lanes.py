@@ -74,7 +74,7 @@ def lane_engines(
     drafter over the draft model's lane of the same number), and the lockstep they share."""
     lockstep = Lockstep()
     targets = lanes_of(target, count, lockstep)
-    drafts = lanes_of(draft, count, lockstep) if draft is not None else [None] * count
+    drafts = lanes_of(draft, count, lockstep, targets) if draft is not None else [None] * count
     kind = default_drafter(draft is not None, settings)
     engines = []
     for lane, lane_draft in zip(targets, drafts, strict=True):
