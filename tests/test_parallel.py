@@ -327,3 +327,15 @@ def test_the_batch_gate_tries_drafting_both_ways_keeps_the_better_and_tries_agai
     assert gate.drafting(3)
     gate.add(1, 1000, 100.0)  # one alone is never tallied
     assert gate.drafting(1)
+
+
+def test_a_batch_size_not_seen_yet_takes_what_the_others_imply():
+    gate = BatchGate()
+    gate.add(4, 10, PROBE_S)  # drafting: 5 a second
+    gate.add(4, 20, PROBE_S)  # not: 10 a second
+    assert not gate.drafting(4)
+    assert not gate.drafting(6)  # larger: loses too, untried
+    assert gate.drafting(3)  # smaller: nothing implied, tried (drafting first)
+    gate.add(3, 30, PROBE_S)
+    gate.add(3, 10, PROBE_S)
+    assert gate.drafting(3) and gate.drafting(2)  # won at 3: so at 2

@@ -101,9 +101,23 @@ class BatchGate:
         self._trials: dict[int, _Trial] = {}
 
     def drafting(self, lanes: int) -> bool:
-        return lanes <= 1 or self._trials.setdefault(lanes, _Trial()).drafting
+        return lanes <= 1 or self._trial(lanes).drafting
 
     def add(self, lanes: int, tokens: int, seconds: float) -> None:
         """`lanes` generating together emitted `tokens` in `seconds`."""
         if lanes > 1:
-            self._trials.setdefault(lanes, _Trial()).add(tokens, seconds)
+            self._trial(lanes).add(tokens, seconds)
+
+    def _trial(self, lanes: int) -> _Trial:
+        """A size's trials; a size not seen yet takes the verdict that a smaller size's loss or a
+        larger size's win implies (drafting pays less as the batch grows), and is tried only
+        where none does: as requests end one by one, each size on the way would otherwise pay
+        for a trial of its own."""
+        trial = self._trials.get(lanes)
+        if trial is None:
+            verdicts = {n: t.drafting for n, t in self._trials.items() if t.held >= 0}
+            lost = any(n < lanes and not on for n, on in verdicts.items())
+            won = any(n > lanes and on for n, on in verdicts.items())
+            trial = _Trial(drafting=not lost, held=HOLD_S) if lost or won else _Trial()
+            self._trials[lanes] = trial
+        return trial
