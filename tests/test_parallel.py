@@ -18,9 +18,10 @@ from conftest import model_options
 from server_helpers import Served, call, start
 from test_server import metric
 
+from localspec.backend.batch_gate import DRAFT, HOLD_S, PLAIN, PROBE_S, TURNS, BatchGate, _Trial
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
-from localspec.backend.lane_costs import HOLD_S, PROBE_S, BatchGate
-from localspec.backend.lanes import Lockstep, lanes_of
+from localspec.backend.lanes import lanes_of
+from localspec.backend.lockstep import Lockstep
 from localspec.backend.model import Model
 from localspec.bench.ties import TIE_TOLERANCE
 from localspec.config.settings import Settings
@@ -134,9 +135,9 @@ def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
         passes = lockstep.passes_of(base)
         for tokens in (4, 8, 12, 16):  # seconds = 10 ms + 1 ms a token
             passes.add(4, tokens, 0.010 + 0.001 * tokens)
-        lane.last = (4, 1)  # alone: as measured
+        lane.last = (4, 1, 0.1)  # alone: as measured
         assert lane.priced(4, 0.5) == 0.5
-        lane.last = (12, 4)  # four lanes, 12 tokens, 5 of them this lane's
+        lane.last = (12, 4, 0.1)  # four lanes, 12 tokens, 5 of them this lane's
         # the pass with this lane at one token (8 tokens), and its 4 extra tokens, once for each lane
         assert lane.priced(5, 0.5) == pytest.approx(0.018 + 4 * 0.001 * 4)
         assert lane.priced(1, 0.5) == pytest.approx(0.022)
@@ -309,33 +310,68 @@ def test_a_recurrent_model_is_told_from_its_file():
     assert recurrent(mamba) and recurrent(rwkv) and not recurrent(llama)
 
 
-def test_the_batch_gate_tries_drafting_both_ways_keeps_the_better_and_tries_again():
+def test_the_batch_gate_tries_each_way_keeps_the_best_and_tries_again():
     gate = BatchGate()
-    assert gate.drafting(1) and gate.drafting(3)  # alone: the engine's own; a new size starts drafting
-    for _ in range(4):
-        gate.add(3, 10, PROBE_S / 4)  # drafting: 20 tokens a second
-    assert not gate.drafting(3)  # then without
-    for _ in range(4):
-        gate.add(3, 15, PROBE_S / 4)  # 30 a second: drafting lost
-    assert not gate.drafting(3) and gate.drafting(2)  # kept for this size; another size is its own
-    gate.add(3, 30, HOLD_S / 2)
-    assert not gate.drafting(3)
-    gate.add(3, 30, HOLD_S / 2 + 0.1)  # the verdict's time is up: drafting is tried again
-    assert gate.drafting(3)
-    gate.add(3, 100, PROBE_S)  # now it wins (50 a second against a fresh 15)
-    gate.add(3, 30, PROBE_S)
-    assert gate.drafting(3)
+    assert gate.way(1) == DRAFT and gate.way(3) == DRAFT  # alone: the engine's own; a new size: tried
+    gate.add(3, 40, PROBE_S)  # together, drafting: 20 tokens a second
+    assert gate.way(3) == PLAIN
+    gate.add(3, 60, PROBE_S)  # together, not drafting: 30
+    assert gate.way(3) == TURNS
+    gate.add(3, 50, PROBE_S)  # in turns: 25
+    assert gate.way(3) == PLAIN and gate.way(2) == DRAFT  # kept for this size; another is its own
+    gate.add(3, 100, HOLD_S / 2)
+    assert gate.way(3) == PLAIN
+    gate.add(3, 100, HOLD_S / 2 + 0.1)  # the verdict's time is up: tried again, from the next way
+    assert gate.way(3) == TURNS
+    gate.add(3, 200, PROBE_S)  # now turns win (100 a second)
+    gate.add(3, 40, PROBE_S)
+    gate.add(3, 60, PROBE_S)
+    assert gate.way(3) == TURNS
     gate.add(1, 1000, 100.0)  # one alone is never tallied
-    assert gate.drafting(1)
+    assert gate.way(1) == DRAFT
 
 
 def test_a_batch_size_not_seen_yet_takes_what_the_others_imply():
     gate = BatchGate()
-    gate.add(4, 10, PROBE_S)  # drafting: 5 a second
-    gate.add(4, 20, PROBE_S)  # not: 10 a second
-    assert not gate.drafting(4)
-    assert not gate.drafting(6)  # larger: loses too, untried
-    assert gate.drafting(3)  # smaller: nothing implied, tried (drafting first)
-    gate.add(3, 30, PROBE_S)
-    gate.add(3, 10, PROBE_S)
-    assert gate.drafting(3) and gate.drafting(2)  # won at 3: so at 2
+    for tokens in (10, 20, 12):  # at 4: drafting 5 a second, plain 10, turns 6
+        gate.add(4, tokens, PROBE_S)
+    assert gate.way(4) == PLAIN
+    assert gate.way(6) == PLAIN  # larger: batching pays more, untried
+    assert gate.way(3) == DRAFT  # smaller: nothing implied, tried
+    for tokens in (30, 10, 12):
+        gate.add(3, tokens, PROBE_S)
+    assert gate.way(3) == DRAFT and gate.way(2) == DRAFT  # drafting won at 3: so at 2
+
+
+def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
+    base = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
+    try:
+        lockstep = Lockstep()
+        lockstep.gate._trials[2] = _Trial(TURNS, held=HOLD_S)
+        lanes = lanes_of(base, 2, lockstep)
+        joined = threading.Barrier(2)
+        priced = []
+
+        def generate(lane) -> None:
+            lockstep.join()
+            joined.wait()
+            try:
+                for token in (3, 4, 5):
+                    lane.decode([token, token + 1], all_logits=True)
+                    lane.truncate(len(lane.cached) - 1)
+                    if token == 3:  # the other lane has passes to come: both still generate
+                        priced.append((lane.priced(2, 9.0), lane.last[2]))
+            finally:
+                lockstep.leave()
+
+        threads = [threading.Thread(target=generate, args=(lane,)) for lane in lanes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert dict(lockstep.passes_of(base).lanes) == {1: 6}
+        # Each priced by its own pass, not by its wait for the other's turn
+        assert len(priced) == 2 and all(p == took < 9.0 for p, took in priced)
+        assert [lane.cached for lane in lanes] == [[3, 4, 5]] * 2
+    finally:
+        base.close()

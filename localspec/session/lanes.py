@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from localspec.backend.gguf_file import GGUFInfo
 from localspec.backend.gguf_hparams import kv_bytes_per_token
 from localspec.backend.hardware import available_memory_bytes
-from localspec.backend.lanes import Lockstep, lanes_of
+from localspec.backend.lanes import lanes_of
+from localspec.backend.lockstep import Lockstep
 from localspec.backend.model import DEFAULT_CTX, Model
 from localspec.config.settings import Settings
 from localspec.drafters.suffix import Memory

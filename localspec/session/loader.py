@@ -16,7 +16,7 @@ from localspec.backend.drafter_files import DRAFT_MODEL, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import OtherLoad, default_gpu_layers, physical_cores
-from localspec.backend.lanes import Lockstep
+from localspec.backend.lockstep import Lockstep
 from localspec.backend.model import Model, ModelOptions
 from localspec.backend.model_options import HeadFile, flash_attn_for
 from localspec.backend.mtp_archs import check_heads, drafts_itself

@@ -1,0 +1,207 @@
+"""Several generations at once over one loaded model (backend/lanes.py): the passes their lanes ask
+for at the same time run as one llama_decode per model, on one thread.
+
+A lane's thread parks in `Lockstep.run` with its tokens; when every lane that is generating has
+parked, the lockstep's thread runs a round of them (the batch gate says how: together, the draft
+model's first, or one lane's at a time: backend/batch_gate.py) and hands each lane a copy of its
+rows. A lane that joins waits at most one round; one that leaves no longer holds the others.
+Passes are not aborted mid-way (that would abort the other lanes' tokens in the same pass): a
+cancelled lane stops at its next pass."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llama_cpp
+import numpy as np
+
+from localspec.backend.batch import decode_synced
+from localspec.backend.batch_gate import PLAIN, TURNS, BatchGate
+from localspec.backend.lane_costs import ModelPasses
+from localspec.errors import LocalspecError
+
+if TYPE_CHECKING:
+    from localspec.backend.lanes import Lane
+    from localspec.backend.model import Model
+
+
+@dataclass(eq=False)
+class Pass:
+    lane: Lane
+    tokens: Sequence[int]
+    base: int  # the position of its first token
+    every: bool  # rows for every token (else for the last only)
+    rows: np.ndarray | None = None
+    error: Exception | None = None
+    done: bool = False
+
+
+class Lockstep:
+    """Runs the passes lanes ask for at the same time as one llama_decode per model, all of them on
+    one thread of its own: llama.cpp's CPU backend keeps a team of OpenMP threads per calling
+    thread, and passes from a thread other than the last one's took twice as long (measured: 44
+    against 22 ms for the same one-token pass).
+
+    Draft-model passes run first: a lane parked with its verification waits while others draft, so
+    that every lane's verification runs in one pass. Run as they came, a lane's draft pass would
+    share a round with the others' verifications, and a lane drafting k tokens would spend k + 1
+    rounds, each as long as a verification, on a step that earns at most k + 1 tokens: never more
+    than one a round, which not drafting gets."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._running = 0  # lanes generating and not parked in run()
+        self._joined = 0  # lanes generating
+        self.gate = BatchGate()
+        self.rounds = 0
+        self._served: dict[int, int] = {}  # a lane's sequence -> the round it was last served in (turns)
+        self._tokens = 0  # emitted by the lanes since the last round
+        self._last = time.perf_counter()  # when the last round ended
+        self._pending: list[Pass] = []
+        self._models: dict[int, ModelPasses] = {}  # by id of the model
+        threading.Thread(target=self._serve, name="localspec-passes", daemon=True).start()
+
+    def passes_of(self, model: Model) -> ModelPasses:
+        return self._models.setdefault(id(model), ModelPasses())
+
+    def join(self) -> None:
+        """A lane's generation starts: its passes are waited for from now on."""
+        with self._cv:
+            if not self._joined:
+                self._last = time.perf_counter()  # idle time is no batch's
+            self._running += 1
+            self._joined += 1
+
+    def leave(self) -> None:
+        """A lane's generation ended: the others' passes no longer wait for it."""
+        with self._cv:
+            self._running -= 1
+            self._joined -= 1
+            self._cv.notify_all()
+
+    def run(self, p: Pass) -> None:
+        """Park until `p` has run beside every other lane's pending pass."""
+        with self._cv:
+            self._pending.append(p)
+            self._running -= 1
+            self._cv.notify_all()
+            while not p.done:
+                self._cv.wait()
+        if p.error is not None:
+            raise p.error
+
+    def _serve(self) -> None:
+        """Once every lane generating has parked, run a round of their passes, grouped by model."""
+        while True:
+            with self._cv:
+                while not (self._pending and self._running == 0):
+                    self._cv.wait()
+                held, turns = self._joined, self.gate.way(self._joined) == TURNS
+                pending = self._round(turns)
+                reading = any(len(p.tokens) > 1 and not p.every for p in pending)
+            try:
+                self._run(pending, 1 if turns else held)
+            except Exception as e:  # noqa: BLE001 -- each lane's request fails, and the server goes on
+                for p in pending:
+                    p.error = p.error or e
+            with self._cv:
+                for p in pending:
+                    p.done = True
+                self._running += len(pending)
+                self._tally(held, reading)
+                self._cv.notify_all()
+
+    def emitted(self, tokens: int) -> None:
+        """A lane's step emitted `tokens`."""
+        with self._cv:
+            self._tokens += tokens
+
+    def drafting(self) -> bool:
+        """Whether the lanes' engines draft at the batch's size now (BatchGate)."""
+        return self.gate.way(self._joined) != PLAIN
+
+    @property
+    def joined(self) -> int:
+        return self._joined
+
+    def _round(self, turns: bool) -> list[Pass]:
+        """The passes to run now (the lock held, every lane parked): in turns, the lane's served
+        longest ago; else the draft model's first, then every lane's verification together."""
+        if turns:
+            seq = min({p.lane.seq for p in self._pending}, key=lambda s: self._served.get(s, -1))
+            self._served[seq] = self.rounds
+            chosen = [p for p in self._pending if p.lane.seq == seq]
+        else:
+            chosen = [p for p in self._pending if p.lane.drafts] or list(self._pending)
+        self.rounds += 1
+        self._pending = [p for p in self._pending if p not in chosen]
+        return chosen
+
+    def _tally(self, held: int, reading: bool) -> None:
+        """The round's time and the tokens emitted since the last, for the gate (a round that read
+        a prompt earns nothing either way, and is left out)."""
+        now = time.perf_counter()
+        if not reading:
+            self.gate.add(held, self._tokens, now - self._last)
+        self._tokens, self._last = 0, now
+
+    def _run(self, pending: list[Pass], held: int) -> None:
+        by_model: dict[int, list[Pass]] = {}
+        for p in pending:
+            by_model.setdefault(id(p.lane.base), []).append(p)
+        for group in by_model.values():
+            for batch in _batches(group, group[0].lane.base.n_batch):
+                self._decode(batch, held)
+
+    def _decode(self, passes: list[Pass], held: int) -> None:
+        base = passes[0].lane.base
+        batch, n = base._batch, 0
+        for p in passes:
+            for i, token in enumerate(p.tokens):
+                batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, p.base + i, 1
+                batch.seq_id[n][0] = p.lane.seq
+                batch.logits[n] = p.every or i == len(p.tokens) - 1
+                n += 1
+        batch.n_tokens = n
+        base.watch(False)  # a lane's cancel stops it between passes, not the others' tokens
+        with base.timer(n):
+            rc, seconds = decode_synced(base.ctx, batch)
+        base.passes += 1
+        base.busy_s += seconds
+        self.passes_of(base).add(len(passes), n, seconds)
+        first = 0
+        for p in passes:
+            p.lane.passes += 1
+            p.lane.busy_s += seconds
+            if p.lane.drafts:
+                p.lane.share.seconds += seconds
+                p.lane.share.charged += seconds * held / len(passes)
+            p.lane.beside += len(passes)
+            p.lane.last = (n, len(passes), seconds)
+            if rc != 0:
+                llama_cpp.llama_memory_seq_rm(base.memory, p.lane.seq, p.base, -1)
+                p.error = LocalspecError(
+                    f"llama_decode failed ({rc}) on {base.path.name} at position {p.base}"
+                )
+            else:
+                rows = len(p.tokens) if p.every else 1
+                at = first if p.every else first + len(p.tokens) - 1
+                p.rows = np.array(base.logits.rows(rows, at))
+            first += len(p.tokens)
+
+
+def _batches(passes: list[Pass], most: int) -> list[list[Pass]]:
+    """Passes packed, in order, into batches of at most `most` tokens."""
+    out: list[list[Pass]] = [[]]
+    size = 0
+    for p in passes:
+        if out[-1] and size + len(p.tokens) > most:
+            out.append([])
+            size = 0
+        out[-1].append(p)
+        size += len(p.tokens)
+    return out
