@@ -169,25 +169,35 @@ def served(smollm2_f16: Path, smollm2_q4: Path) -> Iterator[Served]:
     assert s.stop() == 0, "".join(s.log)
 
 
-def ask(served: Served, prompt: str, max_tokens: int = 24, stream: bool = False, **extra: object) -> list:
-    """The reply's tokens with their top logprobs (greedy)."""
-    kw = dict(
+def greedy(prompt: str, max_tokens: int, **extra: object) -> dict:
+    """A greedy request's arguments, with each token's two best logprobs."""
+    messages = [{"role": "user", "content": prompt}]
+    return dict(
         model="m",
-        messages=[{"role": "user", "content": prompt}],
+        messages=messages,
         temperature=0,
         max_tokens=max_tokens,
         logprobs=True,
         top_logprobs=2,
         **extra,
     )
-    client = served.client()
+
+
+def streamed(chunks) -> list:  # noqa: ANN001 -- the SDK's stream
+    return [
+        c
+        for chunk in chunks
+        if chunk.choices and chunk.choices[0].logprobs
+        for c in chunk.choices[0].logprobs.content or []
+    ]
+
+
+def ask(served: Served, prompt: str, max_tokens: int = 24, stream: bool = False, **extra: object) -> list:
+    """The reply's tokens with their top logprobs (greedy)."""
+    create = served.client().chat.completions.create
     if not stream:
-        return client.chat.completions.create(**kw).choices[0].logprobs.content
-    out = []
-    for chunk in client.chat.completions.create(stream=True, **kw):
-        if chunk.choices and chunk.choices[0].logprobs:
-            out.extend(chunk.choices[0].logprobs.content or [])
-    return out
+        return create(**greedy(prompt, max_tokens, **extra)).choices[0].logprobs.content
+    return streamed(create(stream=True, **greedy(prompt, max_tokens, **extra)))
 
 
 def assert_same_up_to_a_tie(alone: list, together: list) -> None:
@@ -232,16 +242,7 @@ def test_requests_join_and_leave_a_long_one_mid_generation(served: Served):
     long_prompt = "Count from 1 to 200, one number per line."
     alone_long = ask(served, long_prompt, max_tokens=96)
     alone_short = [ask(served, p, max_tokens=12) for p in PROMPTS[:2]]
-    client = served.client()
-    stream = client.chat.completions.create(
-        model="m",
-        messages=[{"role": "user", "content": long_prompt}],
-        temperature=0,
-        max_tokens=96,
-        logprobs=True,
-        top_logprobs=2,
-        stream=True,
-    )
+    stream = served.client().chat.completions.create(stream=True, **greedy(long_prompt, 96))
     long_tokens, shorts, done = [], [], []
     for chunk in stream:
         if chunk.choices and chunk.choices[0].logprobs:

@@ -9,6 +9,7 @@ steps run."""
 
 from __future__ import annotations
 
+import ctypes
 import threading
 from collections.abc import Sequence
 
@@ -20,7 +21,7 @@ from localspec.backend.lane_costs import DraftShare
 from localspec.backend.lockstep import Lockstep, Pass
 from localspec.backend.model import Model
 from localspec.backend.rpc import PassTimer
-from localspec.backend.slots import KeptSequences
+from localspec.backend.slots import KeptSequences, common_prefix
 
 LANE_BATCH = 128  # the longest piece of a prompt read in one pass beside other lanes' steps
 
@@ -48,6 +49,8 @@ class Lane(Model):
         self.n_batch = min(base.n_batch, LANE_BATCH)
         self.cached = []
         self.kept = KeptSequences(self, 0)
+        self.partner: Lane | None = None  # the draft model's lane drafting for this one
+        self._stashed: tuple[list[int], ctypes.Array] | None = None  # (tokens, state) kept in host memory
         self.hidden = self.head = self.argmax = None
         self.passes, self.busy_s, self.timer = 0, 0.0, PassTimer()
         self.beside = 0  # lanes in each of its passes, summed (over `passes`: the mean batch)
@@ -67,6 +70,43 @@ class Lane(Model):
         self.lockstep.run(p)
         self.cached.extend(chunk)
         self._held = p.rows
+
+    @property
+    def conversation(self) -> list[int]:
+        """The tokens this lane keeps, in its cache or stashed."""
+        return self._stashed[0] if self._stashed is not None else self.cached
+
+    def stash(self) -> None:
+        """Keep this lane's sequence (and its partner's) in host memory and free its cells: an idle
+        conversation's cells widen every other lane's attention pass (the range llama.cpp attends
+        over is that of all cells in use; slots.py measured up to 19% of a reply's speed). Its
+        next generation restores it (resume). Its thread, or the scheduler's for an idle lane,
+        must have joined the lockstep: the lockstep's thread does it between passes."""
+        if self.cached and self._stashed is None:
+            self.lockstep.call(self, self._save)
+        if self.partner is not None:
+            self.partner.stash()
+
+    def resume(self, tokens: Sequence[int]) -> None:
+        """A generation over `tokens` starts: the stashed sequence comes back if it shares a prefix
+        with them (else it is dropped)."""
+        stashed, self._stashed = self._stashed, None
+        if stashed is not None and common_prefix(stashed[0], tokens):
+            self.lockstep.call(self, lambda: self._load(*stashed))
+
+    def _save(self) -> None:
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, self.seq)
+        state = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(self.ctx, state, size, self.seq) == size:
+            self._stashed = (list(self.cached), state)
+        llama_cpp.llama_memory_seq_rm(self.memory, self.seq, 0, -1)
+        self.cached = []
+
+    def _load(self, tokens: list[int], state: ctypes.Array) -> None:
+        if llama_cpp.llama_state_seq_set_data(self.ctx, state, len(state), self.seq) == 0:
+            llama_cpp.llama_memory_seq_rm(self.memory, self.seq, 0, -1)  # whatever part got in
+            return
+        self.cached = tokens
 
     def _rows(self, rows: int, first: int = 0) -> np.ndarray:
         assert self._held is not None
@@ -117,7 +157,10 @@ def lanes_of(
     cancels = (
         [lane.cancel for lane in drafting_for] if drafting_for else [threading.Event() for _ in range(count)]
     )
-    return [
+    lanes = [
         Lane(model, seq, lockstep, model.n_ctx // count, shares[seq], drafting_for is not None, cancels[seq])
         for seq in range(count)
     ]
+    for target, lane in zip(drafting_for or [], lanes, strict=False):
+        target.partner = lane
+    return lanes

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -38,6 +38,7 @@ class Pass:
     rows: np.ndarray | None = None
     error: Exception | None = None
     done: bool = False
+    call: Callable[[], None] | None = None  # not a pass: work on the lane's sequence (Lockstep.call)
 
 
 class Lockstep:
@@ -57,7 +58,7 @@ class Lockstep:
         self._running = 0  # lanes generating and not parked in run()
         self._joined = 0  # lanes generating
         self.gate = BatchGate()
-        self.rounds = 0
+        self._rounds = 0
         self._served: dict[int, int] = {}  # a lane's sequence -> the round it was last served in (turns)
         self._tokens = 0  # emitted by the lanes since the last round
         self._last = time.perf_counter()  # when the last round ended
@@ -83,6 +84,11 @@ class Lockstep:
             self._joined -= 1
             self._cv.notify_all()
 
+    def call(self, lane: Lane, fn: Callable[[], None]) -> None:
+        """Run `fn` (work on `lane`'s sequence: its state saved or restored) on the lockstep's
+        thread between rounds, where no pass runs beside it; the caller must have joined."""
+        self.run(Pass(lane, [], 0, False, call=fn))
+
     def run(self, p: Pass) -> None:
         """Park until `p` has run beside every other lane's pending pass."""
         with self._cv:
@@ -102,7 +108,8 @@ class Lockstep:
                     self._cv.wait()
                 held, turns = self._joined, self.gate.way(self._joined) == TURNS
                 pending = self._round(turns)
-                reading = any(len(p.tokens) > 1 and not p.every for p in pending)
+                # A round that read a prompt or moved a sequence earns nothing either way: not tallied.
+                reading = any((len(p.tokens) > 1 and not p.every) or p.call for p in pending)
             try:
                 self._run(pending, 1 if turns else held)
             except Exception as e:  # noqa: BLE001 -- each lane's request fails, and the server goes on
@@ -131,19 +138,21 @@ class Lockstep:
     def _round(self, turns: bool) -> list[Pass]:
         """The passes to run now (the lock held, every lane parked): in turns, the lane's served
         longest ago; else the draft model's first, then every lane's verification together."""
-        if turns:
+        calls = [p for p in self._pending if p.call]
+        if calls:
+            chosen = calls
+        elif turns:
             seq = min({p.lane.seq for p in self._pending}, key=lambda s: self._served.get(s, -1))
-            self._served[seq] = self.rounds
+            self._served[seq] = self._rounds
             chosen = [p for p in self._pending if p.lane.seq == seq]
         else:
             chosen = [p for p in self._pending if p.lane.drafts] or list(self._pending)
-        self.rounds += 1
+        self._rounds += 1
         self._pending = [p for p in self._pending if p not in chosen]
         return chosen
 
     def _tally(self, held: int, reading: bool) -> None:
-        """The round's time and the tokens emitted since the last, for the gate (a round that read
-        a prompt earns nothing either way, and is left out)."""
+        """The round's time and the tokens emitted since the last, for the gate."""
         now = time.perf_counter()
         if not reading:
             self.gate.add(held, self._tokens, now - self._last)
@@ -152,6 +161,9 @@ class Lockstep:
     def _run(self, pending: list[Pass], held: int) -> None:
         by_model: dict[int, list[Pass]] = {}
         for p in pending:
+            if p.call is not None:
+                p.call()
+                continue
             by_model.setdefault(id(p.lane.base), []).append(p)
         for group in by_model.values():
             for batch in _batches(group, group[0].lane.base.n_batch):

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from localspec.backend.lanes import Lane
 from localspec.backend.slots import common_prefix
 from localspec.engine.events import DoneEvent, PromptEvent, TokenEvent
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
@@ -71,6 +72,17 @@ class Worker:
     job: Job | None = None  # the job it generates
     free: bool = False  # waiting for a job
     used: int = -1  # when it last took a job (-1: never)
+    idle: list[Worker] = field(default_factory=list)  # free workers whose lanes it stashes as it starts
+
+    @property
+    def lane(self) -> Lane | None:
+        """Its engine's target's lane, where requests are generated together."""
+        target = self.engine.target
+        return target if isinstance(target, Lane) else None
+
+    @property
+    def conversation(self) -> list[int]:
+        return self.lane.conversation if self.lane else self.engine.target.cached
 
 
 class Scheduler:
@@ -83,7 +95,9 @@ class Scheduler:
         self._stopping = False
         engines = loaded.lanes or [loaded.engine]
         # A lane's passes watch its own event (backend/lanes.py); a single engine's, the models'.
-        self.workers = [Worker(e, getattr(e.target, "cancel", loaded.cancel)) for e in engines]
+        self.workers = [
+            Worker(e, e.target.cancel if isinstance(e.target, Lane) else loaded.cancel) for e in engines
+        ]
         self._threads = [
             threading.Thread(target=self._work, args=(w,), name=f"localspec-generation-{i}", daemon=True)
             for i, w in enumerate(self.workers)
@@ -158,7 +172,8 @@ class Scheduler:
         with self._cv:
             worker.free = True
             while True:
-                if self._queue and self._best_for(self._queue[0]) is worker:
+                # (a worker whose lane another is stashing is not free)
+                if self._queue and worker.free and self._best_for(self._queue[0]) is worker:
                     break
                 if self._stopping and not self._queue:
                     worker.free = False
@@ -169,6 +184,10 @@ class Scheduler:
             worker.free = False
             job.started = time.perf_counter()
             worker.cancel.clear()
+            # Idle lanes holding a conversation in the cache: stashed as this one starts (lanes.py)
+            worker.idle = [w for w in self.workers if w.free and w.lane and w.lane.cached]
+            for w in worker.idle:
+                w.free = False
             self._cv.notify_all()  # the next job may be another free worker's
             return job
 
@@ -178,26 +197,35 @@ class Scheduler:
         least recently: a short request between two turns (a chat UI's title) shares little more
         than the system prompt with a conversation, and must not take its lane (as slots.py)."""
         free = [w for w in self.workers if w.free]
-        shared, best = max(
-            ((common_prefix(w.engine.target.cached, job.tokens), w) for w in free), key=lambda t: t[0]
-        )
-        if shared and 2 * shared >= len(best.engine.target.cached):
+        shared, best = max(((common_prefix(w.conversation, job.tokens), w) for w in free), key=lambda t: t[0])
+        if shared and 2 * shared >= len(best.conversation):
             return best
         return min(free, key=lambda w: w.used)
+
+    def _stash_idle(self, worker: Worker) -> None:
+        """Stash the idle lanes reserved for it in _next, then free them again."""
+        try:
+            for w in worker.idle:
+                w.lane.stash()  # type: ignore[union-attr]
+        finally:
+            with self._cv:
+                for w in worker.idle:
+                    w.free = True
+                worker.idle = []
+                self._cv.notify_all()
 
     def _work(self, worker: Worker) -> None:
         lockstep = self.loaded.lockstep
         while (job := self._next(worker)) is not None:
             if lockstep is not None:
                 lockstep.join()
-            lane = worker.engine.target
-            passes, beside = lane.passes, getattr(lane, "beside", lane.passes)
+                self._stash_idle(worker)
+            lane = worker.lane
+            passes, beside = (lane.passes, lane.beside) if lane else (0, 0)
             try:
                 for ev in worker.engine.generate(job.tokens, job.config, worker.cancel):
-                    if isinstance(ev, DoneEvent) and lane.passes > passes:
-                        ev.stats.batch = (getattr(lane, "beside", lane.passes) - beside) / (
-                            lane.passes - passes
-                        )
+                    if isinstance(ev, DoneEvent) and lane and lane.passes > passes:
+                        ev.stats.batch = (lane.beside - beside) / (lane.passes - passes)
                     if isinstance(ev, (TokenEvent, PromptEvent, DoneEvent)):
                         job.post(ev)
             except LocalspecError as e:
