@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
+import llama_cpp
 import numpy as np
 import pytest
 from conftest import model_options
@@ -374,5 +375,30 @@ def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
         # Each priced by its own pass, not by its wait for the other's turn
         assert len(priced) == 2 and all(p == took < 9.0 for p, took in priced)
         assert [lane.cached for lane in lanes] == [[3, 4, 5]] * 2
+    finally:
+        base.close()
+
+
+def test_an_idle_lanes_conversation_is_stashed_off_the_cache_and_restored_when_continued(tiny):
+    base = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
+    try:
+        lockstep = Lockstep()
+        lane = lanes_of(base, 2, lockstep)[0]
+        text = [1, 5, 9, 13, 17]
+        lockstep.join()
+        try:
+            before = lane.sync(text).copy()
+            lane.stash()
+            assert lane.cached == [] and lane.conversation == text
+            assert llama_cpp.llama_memory_seq_pos_max(base.memory, 0) == -1  # its cells are free
+            lane.resume([*text, 30])  # continued: back from host memory, nothing read again
+            assert lane.cached == text
+            np.testing.assert_allclose(lane.sync(text), before, atol=2e-2)
+            assert lockstep.passes_of(base).lanes[1] == 2  # the first read, and its last token again
+            lane.stash()
+            lane.resume([2, 4, 6])  # another text: the stash is dropped
+            assert lane.cached == [] and lane.conversation == []
+        finally:
+            lockstep.leave()
     finally:
         base.close()

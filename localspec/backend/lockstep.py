@@ -193,6 +193,7 @@ class Lockstep:
                 p.lane.share.seconds += seconds
                 p.lane.share.charged += seconds * held / len(passes)
             p.lane.beside += len(passes)
+            p.lane.spread |= self._joined > 1  # others' cells beside its new ones (in turns too)
             p.lane.last = (n, len(passes), seconds)
             if rc != 0:
                 llama_cpp.llama_memory_seq_rm(base.memory, p.lane.seq, p.base, -1)

@@ -203,10 +203,13 @@ class Scheduler:
         return min(free, key=lambda w: w.used)
 
     def _stash_idle(self, worker: Worker) -> None:
-        """Stash the idle lanes reserved for it in _next, then free them again."""
+        """Stash the idle lanes reserved for it in _next, then free them again; and its own lane's
+        conversation where its cells are spread (lanes.py): restored, they lie low again."""
         try:
             for w in worker.idle:
                 w.lane.stash()  # type: ignore[union-attr]
+            if worker.lane is not None and worker.lane.spread:
+                worker.lane.stash()
         finally:
             with self._cv:
                 for w in worker.idle:
