@@ -14,19 +14,30 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import decode_synced
 from localspec.backend.batch_gate import PLAIN, TURNS, BatchGate
-from localspec.backend.lane_costs import ModelPasses
+from localspec.backend.lane_costs import DraftShare, ModelPasses
+from localspec.backend.model import Model
 from localspec.errors import LocalspecError
 
-if TYPE_CHECKING:
-    from localspec.backend.lanes import Lane
-    from localspec.backend.model import Model
+
+class Lane(Protocol):
+    """What of a lane (backend/lanes.py) its passes read and tally."""
+
+    base: Model  # the model whose sequence it is
+    seq: int
+    drafts: bool  # a draft model's lane: its passes run first
+    share: DraftShare
+    passes: int
+    busy_s: float
+    beside: int
+    last: tuple[int, int, float]
+    spread: bool
 
 
 @dataclass(eq=False)

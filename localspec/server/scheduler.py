@@ -222,10 +222,11 @@ class Scheduler:
         while (job := self._next(worker)) is not None:
             if lockstep is not None:
                 lockstep.join()
-                self._stash_idle(worker)
             lane = worker.lane
             passes, beside = (lane.passes, lane.beside) if lane else (0, 0)
             try:
+                if lockstep is not None:
+                    self._stash_idle(worker)
                 for ev in worker.engine.generate(job.tokens, job.config, worker.cancel):
                     if isinstance(ev, DoneEvent) and lane and lane.passes > passes:
                         ev.stats.batch = (lane.beside - beside) / (lane.passes - passes)
