@@ -21,7 +21,7 @@ from localspec.backend.lane_costs import DraftShare
 from localspec.backend.lockstep import Lockstep, Pass
 from localspec.backend.model import Model
 from localspec.backend.rpc import PassTimer
-from localspec.backend.slots import KeptSequences, common_prefix
+from localspec.backend.slots import common_prefix
 
 LANE_BATCH = 128  # the longest piece of a prompt read in one pass beside other lanes' steps
 
@@ -29,7 +29,8 @@ LANE_BATCH = 128  # the longest piece of a prompt read in one pass beside other 
 class Lane(Model):
     """One sequence of a loaded model's context, decoded through a Lockstep; everything else (the
     weights, the vocabulary, token texts) is the model's. Not a drafter's host: a lane carries no
-    MTP heads, no device argmax and no kept slots (its own cache keeps its last conversation)."""
+    MTP heads, no device argmax and no kept slots (it keeps its last conversation, in the cache or
+    stashed in host memory)."""
 
     def __init__(
         self,
@@ -48,7 +49,6 @@ class Lane(Model):
         self.n_ctx = n_ctx
         self.n_batch = min(base.n_batch, LANE_BATCH)
         self.cached = []
-        self.kept = KeptSequences(self, 0)
         self.partner: Lane | None = None  # the draft model's lane drafting for this one
         # Whether its cells were placed beside other lanes' (so some lie far up the cache, and widen
         # its passes once the others are gone: stashed and restored, they lie low again)
