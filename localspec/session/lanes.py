@@ -15,7 +15,7 @@ from localspec.config.settings import Settings
 from localspec.drafters.suffix import Memory
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
-from localspec.session.drafting import default_drafter, make_drafter
+from localspec.session.drafting import session_drafter
 
 MOST_BY_DEFAULT = 4  # llama-server's default too: a chat UI's title and follow-ups beside the answer
 MEMORY_SHARE = 0.5  # of the memory available after loading, what the default's KV cache may take
@@ -76,9 +76,8 @@ def lane_engines(
     lockstep = Lockstep()
     targets = lanes_of(target, count, lockstep)
     drafts = lanes_of(draft, count, lockstep, targets) if draft is not None else [None] * count
-    kind = default_drafter(draft is not None, settings)
     engines = []
     for lane, lane_draft in zip(targets, drafts, strict=True):
-        drafter = make_drafter(kind, lane, lane_draft, settings, memory, stores)
+        drafter = session_drafter(lane, lane_draft, settings, memory, stores)
         engines.append(SpeculativeEngine(lane, drafter, drafter.name if drafter else "none"))
     return engines, lockstep
