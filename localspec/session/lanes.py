@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from localspec.backend.gguf_file import GGUFInfo
-from localspec.backend.gguf_hparams import kv_bytes_per_token
 from localspec.backend.hardware import available_memory_bytes
 from localspec.backend.lanes import lanes_of
 from localspec.backend.lockstep import Lockstep
@@ -16,6 +15,7 @@ from localspec.drafters.suffix import Memory
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.errors import LocalspecError
 from localspec.session.drafting import session_drafter
+from localspec.session.memory_fit import kv_cache_bytes
 
 MOST_BY_DEFAULT = 4  # llama-server's default too: a chat UI's title and follow-ups beside the answer
 MEMORY_SHARE = 0.5  # of the memory available after loading, what the default's KV cache may take
@@ -50,10 +50,7 @@ def lane_count(settings: Settings, infos: Sequence[GGUFInfo], one_only: bool, av
         return 1
     if settings.parallel:
         return settings.parallel
-    ctx = settings.ctx or DEFAULT_CTX
-    per_lane = ctx * sum(
-        kv_bytes_per_token(i.fields, i.fields.get("general.architecture", "")) or 0 for i in infos
-    )
+    per_lane = kv_cache_bytes(settings.ctx or DEFAULT_CTX, infos)
     if available is None or per_lane == 0:
         return MOST_BY_DEFAULT
     return max(1, min(MOST_BY_DEFAULT, int(available * MEMORY_SHARE) // per_lane))

@@ -105,7 +105,8 @@ def load_models(
     files = files.made(notify)
     target_info = check_gguf(files.model, "model")
     draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
-    check_context_fits(settings.ctx, [info for info in (target_info, draft_info) if info is not None])
+    infos = [info for info in (target_info, draft_info) if info is not None]
+    check_context_fits(settings.ctx, infos)
     if files.mtp:
         check_heads(target_info)
     heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))
@@ -133,7 +134,6 @@ def load_models(
         )
     # Tree drafting keeps each branch in a sequence of its own, in target and draft (or heads) alike.
     trees = files.draft is not None or settings.lookup_via == "suffix" or bool(heads)
-    infos = [info for info in (target_info, draft_info) if info is not None]
     one_only = bool(heads or head) or recurrent(target_info)
     lanes = default_lane_count(settings, infos, one_only) if serving else 1
     n_seq_max = max(settings.draft_branches if trees else 1, lanes)
