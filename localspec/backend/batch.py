@@ -41,16 +41,21 @@ def fill(batch: Any, tokens: Sequence[int], base: int, every: bool, last: bool =
 
 
 def fill_tree(
-    batch: Any, tokens: Sequence[int], positions: Sequence[int], seq_ids: Sequence[Sequence[int]]
+    batch: Any,
+    tokens: Sequence[int],
+    positions: Sequence[int],
+    seq_ids: Sequence[Sequence[int]],
+    outputs: Sequence[bool] | None = None,
 ) -> int:
-    """Put each token at its position in its sequences into `batch`, with logits for every token."""
+    """Put each token at its position in its sequences into `batch`, with logits for every token
+    (`outputs`: for those it marks)."""
     for i, (tok, pos, seqs) in enumerate(zip(tokens, positions, seq_ids, strict=False)):
         batch.token[i] = tok
         batch.pos[i] = pos
         batch.n_seq_id[i] = len(seqs)
         for j, s in enumerate(seqs):
             batch.seq_id[i][j] = s
-        batch.logits[i] = True
+        batch.logits[i] = True if outputs is None else outputs[i]
     batch.n_tokens = len(tokens)
     return len(tokens)
 

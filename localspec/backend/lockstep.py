@@ -19,7 +19,7 @@ from typing import Protocol
 import llama_cpp
 import numpy as np
 
-from localspec.backend.batch import decode_synced
+from localspec.backend.batch import decode_synced, fill_tree
 from localspec.backend.batch_gate import PLAIN, TURNS, BatchGate
 from localspec.backend.lane_costs import DraftShare, ModelPasses
 from localspec.backend.model import Model
@@ -182,17 +182,16 @@ class Lockstep:
 
     def _decode(self, passes: list[Pass], held: int) -> None:
         base = passes[0].lane.base
-        batch, n = base._batch, 0
-        for p in passes:
-            for i, token in enumerate(p.tokens):
-                batch.token[n], batch.pos[n], batch.n_seq_id[n] = token, p.base + i, 1
-                batch.seq_id[n][0] = p.lane.seq
-                batch.logits[n] = p.every or i == len(p.tokens) - 1
-                n += 1
-        batch.n_tokens = n
+        n = fill_tree(
+            base._batch,
+            [t for p in passes for t in p.tokens],
+            [p.base + i for p in passes for i in range(len(p.tokens))],
+            [(p.lane.seq,) for p in passes for _ in p.tokens],
+            [p.every or i == len(p.tokens) - 1 for p in passes for i in range(len(p.tokens))],
+        )
         base.watch(False)  # a lane's cancel stops it between passes, not the others' tokens
         with base.timer(n):
-            rc, seconds = decode_synced(base.ctx, batch)
+            rc, seconds = decode_synced(base.ctx, base._batch)
         base.passes += 1
         base.busy_s += seconds
         self.passes_of(base).add(len(passes), n, seconds)
