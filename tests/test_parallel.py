@@ -3,10 +3,11 @@ each request's output what it would be alone."""
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,25 @@ PROMPTS = [
 
 
 # --- lanes over the tiny target -----------------------------------------------------------------
+def in_lanes(lockstep: Lockstep, *generations: Callable[[], None]) -> None:
+    """Run each generation on a thread of its own, joined to the lockstep, all started at once."""
+    started = threading.Barrier(len(generations))
+
+    def lane(generation: Callable[[], None]) -> None:
+        lockstep.join()
+        started.wait()
+        try:
+            generation()
+        finally:
+            lockstep.leave()
+
+    threads = [threading.Thread(target=lane, args=(g,)) for g in generations]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+
+
 def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
     alone = Model(tiny.target, model_options(512))
     base = Model(tiny.target, replace(model_options(512), n_seq_max=3, lanes=3))
@@ -46,25 +66,15 @@ def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
     assert [lane.n_ctx for lane in lanes] == [base.n_ctx // 3] * 3 and base.n_ctx >= 3 * 512
     texts = {0: [1, 5, 9, 13, 17, 21], 1: [2, 4, 6], 2: [3, 7, 11, 15]}
     got: dict[tuple[int, str], np.ndarray] = {}
-    started = threading.Barrier(3)
 
     def generate(i: int) -> None:
         lane = lanes[i]
-        lockstep.join()
-        started.wait()
-        try:
-            got[i, "all"] = lane.decode(texts[i], all_logits=True).copy()
-            lane.truncate(2)  # a rejected tail dropped
-            got[i, "again"] = lane.decode(texts[i][2:], all_logits=False).copy()
-            got[i, "sync"] = lane.sync([*texts[i], 30]).copy()
-        finally:
-            lockstep.leave()
+        got[i, "all"] = lane.decode(texts[i], all_logits=True).copy()
+        lane.truncate(2)  # a rejected tail dropped
+        got[i, "again"] = lane.decode(texts[i][2:], all_logits=False).copy()
+        got[i, "sync"] = lane.sync([*texts[i], 30]).copy()
 
-    threads = [threading.Thread(target=generate, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_lanes(lockstep, *(functools.partial(generate, i) for i in range(3)))
     try:
         # Within llama.cpp's drift between passes of other shapes (bench/ties.py: ~1e-2); another
         # lane's rows, or the wrong position's, differ by whole units.
@@ -91,31 +101,16 @@ def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_
         lockstep = Lockstep()
         targets = lanes_of(target, 2, lockstep)
         drafts = lanes_of(draft, 2, lockstep, targets)
-        joined = threading.Barrier(2)
 
         def drafting_lane() -> None:  # drafts three tokens, then verifies
-            lockstep.join()
-            joined.wait()
-            try:
-                for token in (5, 6, 7):
-                    drafts[0].decode([token], all_logits=False)
-                targets[0].decode([4, 5, 6, 7], all_logits=True)
-            finally:
-                lockstep.leave()
+            for token in (5, 6, 7):
+                drafts[0].decode([token], all_logits=False)
+            targets[0].decode([4, 5, 6, 7], all_logits=True)
 
         def plain_lane() -> None:  # verifies at once
-            lockstep.join()
-            joined.wait()
-            try:
-                targets[1].decode([9], all_logits=True)
-            finally:
-                lockstep.leave()
+            targets[1].decode([9], all_logits=True)
 
-        threads = [threading.Thread(target=drafting_lane), threading.Thread(target=plain_lane)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        in_lanes(lockstep, drafting_lane, plain_lane)
         # Both verifications in one pass, after the three draft passes
         assert dict(lockstep.passes_of(target).lanes) == {2: 1}
         assert dict(lockstep.passes_of(draft).lanes) == {1: 3}
@@ -351,26 +346,16 @@ def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
         lockstep = Lockstep()
         lockstep.gate._trials[2] = _Trial(TURNS, held=HOLD_S)
         lanes = lanes_of(base, 2, lockstep)
-        joined = threading.Barrier(2)
         priced = []
 
-        def generate(lane) -> None:
-            lockstep.join()
-            joined.wait()
-            try:
-                for token in (3, 4, 5):
-                    lane.decode([token, token + 1], all_logits=True)
-                    lane.truncate(len(lane.cached) - 1)
-                    if token == 3:  # the other lane has passes to come: both still generate
-                        priced.append((lane.priced(2, 9.0), lane.last[2]))
-            finally:
-                lockstep.leave()
+        def generate(lane) -> None:  # noqa: ANN001 -- a Lane
+            for token in (3, 4, 5):
+                lane.decode([token, token + 1], all_logits=True)
+                lane.truncate(len(lane.cached) - 1)
+                if token == 3:  # the other lane has passes to come: both still generate
+                    priced.append((lane.priced(2, 9.0), lane.last[2]))
 
-        threads = [threading.Thread(target=generate, args=(lane,)) for lane in lanes]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        in_lanes(lockstep, *(functools.partial(generate, lane) for lane in lanes))
         assert dict(lockstep.passes_of(base).lanes) == {1: 6}
         # Each priced by its own pass, not by its wait for the other's turn
         assert len(priced) == 2 and all(p == took < 9.0 for p, took in priced)
