@@ -39,6 +39,11 @@ PROMPTS = [
 
 
 # --- lanes over the tiny target -----------------------------------------------------------------
+def laned(path: Path, count: int, n_ctx: int = 256) -> Model:
+    """A model whose context holds `count` lanes of `n_ctx` tokens."""
+    return Model(path, replace(model_options(n_ctx), n_seq_max=count, lanes=count))
+
+
 def in_lanes(lockstep: Lockstep, *generations: Callable[[], None]) -> None:
     """Run each generation on a thread of its own, joined to the lockstep, all started at once."""
     started = threading.Barrier(len(generations))
@@ -60,7 +65,7 @@ def in_lanes(lockstep: Lockstep, *generations: Callable[[], None]) -> None:
 
 def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
     alone = Model(tiny.target, model_options(512))
-    base = Model(tiny.target, replace(model_options(512), n_seq_max=3, lanes=3))
+    base = laned(tiny.target, 3, 512)
     lockstep = Lockstep()
     lanes = lanes_of(base, 3, lockstep)
     assert [lane.n_ctx for lane in lanes] == [base.n_ctx // 3] * 3 and base.n_ctx >= 3 * 512
@@ -95,8 +100,8 @@ def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
 
 
 def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_charged_to_the_batch(tiny):
-    target = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
-    draft = Model(tiny.close, replace(model_options(256), n_seq_max=2, lanes=2))
+    target = laned(tiny.target, 2)
+    draft = laned(tiny.close, 2)
     try:
         lockstep = Lockstep()
         targets = lanes_of(target, 2, lockstep)
@@ -124,7 +129,7 @@ def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_
 
 
 def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
-    base = Model(tiny.target, replace(model_options(256), n_seq_max=4, lanes=4))
+    base = laned(tiny.target, 4)
     try:
         lockstep = Lockstep()
         lane = lanes_of(base, 4, lockstep)[0]
@@ -341,7 +346,7 @@ def test_a_batch_size_not_seen_yet_takes_what_the_others_imply():
 
 
 def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
-    base = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
+    base = laned(tiny.target, 2)
     try:
         lockstep = Lockstep()
         lockstep.gate._trials[2] = _Trial(TURNS, held=HOLD_S)
@@ -365,7 +370,7 @@ def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
 
 
 def test_an_idle_lanes_conversation_is_stashed_off_the_cache_and_restored_when_continued(tiny):
-    base = Model(tiny.target, replace(model_options(256), n_seq_max=2, lanes=2))
+    base = laned(tiny.target, 2)
     try:
         lockstep = Lockstep()
         lane = lanes_of(base, 2, lockstep)[0]
