@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,34 @@ def test_index_finds_the_longest_match_in_earlier_texts_and_counts_continuations
     assert m == 3 and trie is not None
     assert {tok: f for tok, _c, f in trie.children(0)} == {3: 2 / 4, 1: 1 / 4}
     assert idx.match([2, 9], 2, 8) == (0, None)  # "2" ends a text and "9" starts the next: no match across
+
+
+def test_index_read_on_one_thread_while_another_adds_finds_only_what_followed():
+    """`serve --parallel`: a lane drafts from the index while another lane's finished answer is
+    added. A lookup must see one consistent index (before, tokens and positions could come from
+    two versions: wrong continuations, or an exception that ended the request)."""
+    rng = np.random.default_rng(1)
+    phrase = [7, 8, 9, 10, 11]
+    idx = SuffixIndex([[*rng.integers(0, 50, 100).tolist(), *phrase, 1000]], size=3000)
+    done, seen, errors = threading.Event(), set(), []
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                m, trie = idx.match([3, *phrase], 2, 1)
+                assert m >= len(phrase) and trie is not None
+                seen.update(tok for tok, _c, _f in trie.children(0))
+        except Exception as e:  # noqa: BLE001 - the reader's failure is the test's
+            errors.append(e)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    for i in range(1, 300):  # past the size: evictions rebuild the index whole too
+        idx.add([*rng.integers(0, 50, 60).tolist(), *phrase, 1000 + i])
+    done.set()
+    reader.join()
+    assert not errors, errors[0]
+    assert seen and all(tok >= 1000 for tok in seen)
 
 
 @settings(max_examples=40, deadline=None)

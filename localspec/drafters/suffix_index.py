@@ -11,6 +11,7 @@ for the longest match would give, at O(log n) per step and ~70 bytes per cached 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -77,13 +78,35 @@ def newest_within(texts: Sequence[np.ndarray], size: int) -> list[np.ndarray]:
     return kept[::-1]
 
 
+@dataclass(frozen=True)
+class Arrays:
+    """What a lookup searches, replaced whole when texts are added: a lookup on one thread (a
+    `serve --parallel` lane drafting) reads one consistent set while another adds a text."""
+
+    tokens: np.ndarray
+    keys: dict[int, np.ndarray]
+    pos: dict[int, np.ndarray]
+
+
 class TokenIndex:
     """Texts in one token array (separated by SEPARATOR) and, per anchor length, the sorted hashes
     of their n-grams with the positions that followed: what a lookup searches. The arrays may be
     memory-mapped from disk (drafters/datastore.py)."""
 
     def __init__(self, tokens: np.ndarray, keys: dict[int, np.ndarray], pos: dict[int, np.ndarray]) -> None:
-        self.tokens, self.keys, self.pos = tokens, keys, pos
+        self.arrays = Arrays(tokens, keys, pos)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.arrays.tokens
+
+    @property
+    def keys(self) -> dict[int, np.ndarray]:
+        return self.arrays.keys
+
+    @property
+    def pos(self) -> dict[int, np.ndarray]:
+        return self.arrays.pos
 
     @staticmethod
     def of(tokens: np.ndarray, key_type: type = np.uint64, pos_type: type = np.int64) -> TokenIndex:
@@ -99,9 +122,10 @@ class TokenIndex:
         datastore of a million tokens stays well under a millisecond."""
         tail = np.asarray(context[-MATCH_MAX:], np.int64)
         back = tail[::-1]
-        tokens = self.tokens
+        arrays = self.arrays  # once: an add on another thread replaces them whole
+        tokens = arrays.tokens
         for n in reversed(ANCHORS):
-            keys = self.keys[n]
+            keys = arrays.keys[n]
             if n > len(tail) or keys.size == 0:
                 continue
             h = keys.dtype.type(tail_hash(tail[-n:].tolist()) & int(np.iinfo(keys.dtype).max))
@@ -110,28 +134,29 @@ class TokenIndex:
                 if n <= min_len:
                     break  # no n-gram occurred, so no longer match did, and shorter ones are too short
                 continue
-            starts = np.asarray(self.pos[n][max(lo, hi - CANDIDATES) : hi], np.int64)
+            starts = np.asarray(arrays.pos[n][max(lo, hi - CANDIDATES) : hi], np.int64)
             at = starts[:, None] - np.arange(1, len(tail) + 1)
             same = (at >= 0) & (tokens[np.maximum(at, 0)] == back)
             lengths = np.where(same.all(1), len(tail), same.argmin(1))
             m = int(lengths.max())
             if m < max(n, min_len):
                 continue  # a hash collision, not a match
-            return m, self._continuations(starts[lengths == m], depth)
+            return m, continuations(tokens, starts[lengths == m], depth)
         return 0, None
 
-    def _continuations(self, starts: np.ndarray, depth: int) -> Trie:
-        """What followed each of `starts`, up to `depth` tokens or its text's end, counted; equal
-        runs added once with their count, in the order they first occur (a dict keeps it)."""
-        last = len(self.tokens) - 1  # always a SEPARATOR: a run cut there ends
-        runs = self.tokens[np.minimum(starts[:, None] + np.arange(depth), last)].tolist()
-        counted: dict[tuple[int, ...], int] = {}
-        for run in map(tuple, runs):
-            counted[run] = counted.get(run, 0) + 1
-        trie = Trie()
-        for run, times in counted.items():
-            trie.add_path(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, times)
-        return trie
+
+def continuations(tokens: np.ndarray, starts: np.ndarray, depth: int) -> Trie:
+    """What followed each of `starts` in `tokens`, up to `depth` tokens or its text's end, counted;
+    equal runs added once with their count, in the order they first occur (a dict keeps it)."""
+    last = len(tokens) - 1  # always a SEPARATOR: a run cut there ends
+    runs = tokens[np.minimum(starts[:, None] + np.arange(depth), last)].tolist()
+    counted: dict[tuple[int, ...], int] = {}
+    for run in map(tuple, runs):
+        counted[run] = counted.get(run, 0) + 1
+    trie = Trie()
+    for run, times in counted.items():
+        trie.add_path(run[: run.index(SEPARATOR)] if SEPARATOR in run else run, times)
+    return trie
 
 
 class SuffixIndex(TokenIndex):
@@ -155,8 +180,7 @@ class SuffixIndex(TokenIndex):
 
     def _rebuild(self) -> None:
         parts = [p for t in self.texts for p in (t, np.array([SEPARATOR], np.int32))]
-        built = TokenIndex.of(np.concatenate(parts) if parts else np.zeros(0, np.int32))
-        self.tokens, self.keys, self.pos = built.tokens, built.keys, built.pos
+        self.arrays = TokenIndex.of(np.concatenate(parts) if parts else np.zeros(0, np.int32)).arrays
 
     def add(self, text: Sequence[int]) -> None:
         """Index one more text. Past the size the oldest go, down to KEPT_AFTER_EVICTION of it: the
@@ -172,12 +196,12 @@ class SuffixIndex(TokenIndex):
             self.texts = newest_within(self.texts, keep)
             self._rebuild()
             return
-        offset = len(self.tokens)
+        old = self.arrays
         ended = np.append(text, SEPARATOR).astype(np.int32)
-        self.tokens = np.concatenate([self.tokens, ended])
+        keys, pos = {}, {}
         for n in ANCHORS:
             h, p = sorted_keys(ended, n)
-            p = p + offset
-            at = np.searchsorted(self.keys[n], h, side="right")  # after equal, older ones
-            self.keys[n] = np.insert(self.keys[n], at, h)
-            self.pos[n] = np.insert(self.pos[n], at, p)
+            at = np.searchsorted(old.keys[n], h, side="right")  # after equal, older ones
+            keys[n] = np.insert(old.keys[n], at, h)
+            pos[n] = np.insert(old.pos[n], at, p + len(old.tokens))
+        self.arrays = Arrays(np.concatenate([old.tokens, ended]), keys, pos)
