@@ -73,6 +73,17 @@ def test_a_draft_as_dear_as_its_target_never_pays_for_reading_whatever_the_answe
     assert drafts(ctl, CatchUp(1000, DEAR), remaining=100_000) == 0
 
 
+def test_reading_must_beat_what_decoding_reaches_without_it_not_the_target_alone():
+    # Reading that pays against the target alone (5 s for ~20 s saved over 128 tokens) waits while
+    # prompt lookup copies the prompt at 3.5 tokens a pass's time: the draft would save ~1 s.
+    ctl = controller()
+    lookup = DraftKey("ngram", "ngram-4", lookup=True)
+    for _ in range(40):
+        ctl.record_step(lookup, 4, 4, 1.15)
+    assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0
+    assert ctl.notes[-1].startswith("draft-model waited")
+
+
 def test_before_a_wide_pass_is_timed_at_this_length_the_reading_waits_for_one():
     ctl = AutoController(live_costs({1: 1.0}))  # one-token passes alone: the cost of drafting unknown
     ctl.costs.observe_prompt(2000, 2000 * PROMPT_TOKEN_S, 2000 * PROMPT_TOKEN_S)

@@ -23,8 +23,9 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 - A drafter that must first read much (a draft model that has not read a long prompt yet) drafts
   only once what drafting can save over the rest of the answer (the tokens still expected, at the
-  best rate its estimates promise) is READ_MARGIN times what the reading costs; until then it
-  waits, and the target (or a drafter with nothing to read) goes on alone (engine/reading.py).
+  best rate its estimates promise, against the rate decoding reaches lately without it) is
+  READ_MARGIN times what the reading costs; until then it waits, and the target (or a drafter
+  with nothing to read) goes on alone (engine/reading.py).
 - Where a lookup's find and a draft model could both draft a step, the find gives way if the draft
   model promises more tokens per second (`prefers`).
 
@@ -154,7 +155,15 @@ class AutoController:
             est = self.estimates(key.estimates)
             alphas = est.alphas(cap) if est.reached else None
             reads = self.reading.pays(
-                self.costs, key.drafter, alphas, cap, catch_up, self.remaining, self._steps, self.notes
+                self.costs,
+                key.drafter,
+                alphas,
+                cap,
+                catch_up,
+                self.remaining,
+                self._steps,
+                self.notes,
+                self.rate(),
             )
             if not reads:
                 return 0, 0

@@ -1,7 +1,8 @@
 """Whether a drafter that must first read much (a draft model that has not read a long prompt yet)
 should: only once what drafting can save over the rest of the answer (the tokens still expected, at
-the best rate its estimates promise) is READ_MARGIN times what the reading costs. Until then it
-waits, and the target (or a drafter with nothing to read) goes on alone."""
+the best rate its estimates promise, against the rate decoding reaches without it) is READ_MARGIN
+times what the reading costs. Until then it waits, and the target (or a drafter with nothing to
+read) goes on alone."""
 
 from __future__ import annotations
 
@@ -53,13 +54,16 @@ class Reading:
         remaining: float,
         steps: int,
         notes: list[str],
+        reached: float = 0.0,
     ) -> bool:
         """Whether what `drafter` can save over the `remaining` tokens expected is READ_MARGIN times
         what reading `catch_up` costs first (a reading no dearer than a target pass is left to the
-        gate). Saved per token: a one-token pass's cost less the best cost per token its drafts
-        promise at acceptances `alphas` (None: it has not drafted; READ_PRIOR_ALPHA), once a wide
-        pass has been timed at this context length (or READ_UNDECIDED_STEPS `steps` went by
-        without one). A drafter that waits says why in `notes`, once a generation."""
+        gate). Saved per token: what a token costs now (a one-token pass, or less where decoding
+        `reached` more tokens a second lately: prompt lookup drafting a copy) less the best cost
+        per token its drafts promise at acceptances `alphas` (None: it has not drafted;
+        READ_PRIOR_ALPHA), once a wide pass has been timed at this context length (or
+        READ_UNDECIDED_STEPS `steps` went by without one). A drafter that waits says why in
+        `notes`, once a generation."""
         reading = costs.read(catch_up)
         if reading <= costs.verify(1):
             return True
@@ -73,7 +77,8 @@ class Reading:
             (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
             for k in range(1, cap + 1)
         )
-        saved = remaining * (costs.verify(1) - per_token)
+        now = min(costs.verify(1), 1.0 / reached) if reached > 0 else costs.verify(1)
+        saved = remaining * (now - per_token)
         if saved > READ_MARGIN * reading:
             self.waiting.discard(drafter)
             return True
