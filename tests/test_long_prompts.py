@@ -82,6 +82,10 @@ def test_reading_must_beat_what_decoding_reaches_without_it_not_the_target_alone
         ctl.record_step(lookup, 4, 4, 1.15)
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0
     assert ctl.notes[-1].startswith("draft-model waited")
+    # The next turn of a chat starts from the target alone's rate: the last turn's (the draft
+    # model's own drafting, as often as not) says nothing of what this one reaches without it.
+    ctl.start()
+    assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 8
 
 
 def test_before_a_wide_pass_is_timed_at_this_length_the_reading_waits_for_one():

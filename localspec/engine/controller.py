@@ -23,7 +23,7 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
 - A drafter that must first read much (a draft model that has not read a long prompt yet) drafts
   only once what drafting can save over the rest of the answer (the tokens still expected, at the
-  best rate its estimates promise, against the rate decoding reaches lately without it) is
+  best rate its estimates promise, against the rate this generation reached without it) is
   READ_MARGIN times what the reading costs; until then it waits, and the target (or a drafter
   with nothing to read) goes on alone (engine/reading.py).
 - Where a lookup's find and a draft model could both draft a step, the find gives way if the draft
@@ -155,15 +155,7 @@ class AutoController:
             est = self.estimates(key.estimates)
             alphas = est.alphas(cap) if est.reached else None
             reads = self.reading.pays(
-                self.costs,
-                key.drafter,
-                alphas,
-                cap,
-                catch_up,
-                self.remaining,
-                self._steps,
-                self.notes,
-                self.rate(),
+                self.costs, key.drafter, alphas, cap, catch_up, self.remaining, self._steps, self.notes
             )
             if not reads:
                 return 0, 0
@@ -254,6 +246,7 @@ class AutoController:
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
+        self.reading.record(emitted, seconds)
 
     def _bench(self, drafter: str, why: str) -> None:
         st = self.gate(drafter)

@@ -1,8 +1,8 @@
 """Whether a drafter that must first read much (a draft model that has not read a long prompt yet)
 should: only once what drafting can save over the rest of the answer (the tokens still expected, at
-the best rate its estimates promise, against the rate decoding reaches without it) is READ_MARGIN
-times what the reading costs. Until then it waits, and the target (or a drafter with nothing to
-read) goes on alone."""
+the best rate its estimates promise, against the rate this generation reached without it) is
+READ_MARGIN times what the reading costs. Until then it waits, and the target (or a drafter with
+nothing to read) goes on alone."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from localspec.drafters.base import CatchUp
 from localspec.engine.costs import LiveCosts
-from localspec.engine.estimates import expected_tokens
+from localspec.engine.estimates import DECAY, expected_tokens
 
 # Before a draft model has drafted, what reading a long prompt can earn is priced at this acceptance
 # per position: what a draft of its target's family reaches on a long context through its window
@@ -34,11 +34,21 @@ class Reading:
 
     waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
     undecided: set[str] = field(default_factory=set)  # drafters whose reading waits for a wide pass timed
+    # This generation's steps, decayed as the controller's are: what decoding reaches meanwhile (an
+    # earlier turn's rate would count the draft model's own drafting)
+    tokens: float = 0.0
+    seconds: float = 0.0
 
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
         self.waiting.clear()
         self.undecided.clear()
+        self.tokens = self.seconds = 0.0
+
+    def record(self, emitted: int, seconds: float) -> None:
+        """A step of this generation emitted `emitted` tokens in `seconds`."""
+        self.tokens = self.tokens * DECAY + emitted
+        self.seconds = self.seconds * DECAY + seconds
 
     def holds(self, drafter: str) -> bool:
         """Whether `drafter` waits to read, decided or not."""
@@ -54,13 +64,12 @@ class Reading:
         remaining: float,
         steps: int,
         notes: list[str],
-        reached: float = 0.0,
     ) -> bool:
         """Whether what `drafter` can save over the `remaining` tokens expected is READ_MARGIN times
         what reading `catch_up` costs first (a reading no dearer than a target pass is left to the
-        gate). Saved per token: what a token costs now (a one-token pass, or less where decoding
-        `reached` more tokens a second lately: prompt lookup drafting a copy) less the best cost
-        per token its drafts promise at acceptances `alphas` (None: it has not drafted;
+        gate). Saved per token: what a token costs now (a one-token pass, or less where this
+        generation's steps reached more tokens a second: prompt lookup drafting a copy) less the
+        best cost per token its drafts promise at acceptances `alphas` (None: it has not drafted;
         READ_PRIOR_ALPHA), once a wide pass has been timed at this context length (or
         READ_UNDECIDED_STEPS `steps` went by without one). A drafter that waits says why in
         `notes`, once a generation."""
@@ -77,7 +86,7 @@ class Reading:
             (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
             for k in range(1, cap + 1)
         )
-        now = min(costs.verify(1), 1.0 / reached) if reached > 0 else costs.verify(1)
+        now = min(costs.verify(1), self.seconds / self.tokens) if self.tokens > 0 else costs.verify(1)
         saved = remaining * (now - per_token)
         if saved > READ_MARGIN * reading:
             self.waiting.discard(drafter)
