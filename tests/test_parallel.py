@@ -64,23 +64,21 @@ def in_lanes(lockstep: Lockstep, *generations: Callable[[], None]) -> None:
 
 
 def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
-    alone = Model(tiny.target, model_options(512))
-    base = laned(tiny.target, 3, 512)
-    lockstep = Lockstep()
-    lanes = lanes_of(base, 3, lockstep)
-    assert [lane.n_ctx for lane in lanes] == [base.n_ctx // 3] * 3 and base.n_ctx >= 3 * 512
-    texts = {0: [1, 5, 9, 13, 17, 21], 1: [2, 4, 6], 2: [3, 7, 11, 15]}
-    got: dict[tuple[int, str], np.ndarray] = {}
+    with Model(tiny.target, model_options(512)) as alone, laned(tiny.target, 3, 512) as base:
+        lockstep = Lockstep()
+        lanes = lanes_of(base, 3, lockstep)
+        assert [lane.n_ctx for lane in lanes] == [base.n_ctx // 3] * 3 and base.n_ctx >= 3 * 512
+        texts = {0: [1, 5, 9, 13, 17, 21], 1: [2, 4, 6], 2: [3, 7, 11, 15]}
+        got: dict[tuple[int, str], np.ndarray] = {}
 
-    def generate(i: int) -> None:
-        lane = lanes[i]
-        got[i, "all"] = lane.decode(texts[i], all_logits=True).copy()
-        lane.truncate(2)  # a rejected tail dropped
-        got[i, "again"] = lane.decode(texts[i][2:], all_logits=False).copy()
-        got[i, "sync"] = lane.sync([*texts[i], 30]).copy()
+        def generate(i: int) -> None:
+            lane = lanes[i]
+            got[i, "all"] = lane.decode(texts[i], all_logits=True).copy()
+            lane.truncate(2)  # a rejected tail dropped
+            got[i, "again"] = lane.decode(texts[i][2:], all_logits=False).copy()
+            got[i, "sync"] = lane.sync([*texts[i], 30]).copy()
 
-    in_lanes(lockstep, *(functools.partial(generate, i) for i in range(3)))
-    try:
+        in_lanes(lockstep, *(functools.partial(generate, i) for i in range(3)))
         # Within llama.cpp's drift between passes of other shapes (bench/ties.py: ~1e-2); another
         # lane's rows, or the wrong position's, differ by whole units.
         for i, text in texts.items():
@@ -94,15 +92,10 @@ def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
         # Every pass but a lane's last was shared by all three.
         assert lockstep.passes_of(base).lanes[3] >= 2
         assert all(lane.beside / lane.passes > 2 for lane in lanes)
-    finally:
-        alone.close()
-        base.close()
 
 
 def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_charged_to_the_batch(tiny):
-    target = laned(tiny.target, 2)
-    draft = laned(tiny.close, 2)
-    try:
+    with laned(tiny.target, 2) as target, laned(tiny.close, 2) as draft:
         lockstep = Lockstep()
         targets = lanes_of(target, 2, lockstep)
         drafts = lanes_of(draft, 2, lockstep, targets)
@@ -123,14 +116,10 @@ def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_
         assert targets[0].draft_factor() == pytest.approx(2.0)
         assert targets[1].draft_factor() == 1.0
         assert drafts[0].cached == [5, 6, 7] and targets[0].cached == [4, 5, 6, 7]
-    finally:
-        target.close()
-        draft.close()
 
 
 def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
-    base = laned(tiny.target, 4)
-    try:
+    with laned(tiny.target, 4) as base:
         lockstep = Lockstep()
         lane = lanes_of(base, 4, lockstep)[0]
         passes = lockstep.passes_of(base)
@@ -142,8 +131,6 @@ def test_a_lanes_draft_is_priced_as_the_batch_pays_for_it(tiny):
         # the pass with this lane at one token (8 tokens), and its 4 extra tokens, once for each lane
         assert lane.priced(5, 0.5) == pytest.approx(0.018 + 4 * 0.001 * 4)
         assert lane.priced(1, 0.5) == pytest.approx(0.022)
-    finally:
-        base.close()
 
 
 # --- how many ---------------------------------------------------------------------------------
@@ -346,8 +333,7 @@ def test_a_batch_size_not_seen_yet_takes_what_the_others_imply():
 
 
 def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
-    base = laned(tiny.target, 2)
-    try:
+    with laned(tiny.target, 2) as base:
         lockstep = Lockstep()
         lockstep.gate._trials[2] = _Trial(TURNS, held=HOLD_S)
         lanes = lanes_of(base, 2, lockstep)
@@ -365,13 +351,10 @@ def test_in_turns_one_lane_passes_a_round_and_is_priced_by_its_own_pass(tiny):
         # Each priced by its own pass, not by its wait for the other's turn
         assert len(priced) == 2 and all(p == took < 9.0 for p, took in priced)
         assert [lane.cached for lane in lanes] == [[3, 4, 5]] * 2
-    finally:
-        base.close()
 
 
 def test_an_idle_lanes_conversation_is_stashed_off_the_cache_and_restored_when_continued(tiny):
-    base = laned(tiny.target, 2)
-    try:
+    with laned(tiny.target, 2) as base:
         lockstep = Lockstep()
         lane = lanes_of(base, 2, lockstep)[0]
         text = [1, 5, 9, 13, 17]
@@ -390,5 +373,3 @@ def test_an_idle_lanes_conversation_is_stashed_off_the_cache_and_restored_when_c
             assert lane.cached == [] and lane.conversation == []
         finally:
             lockstep.leave()
-    finally:
-        base.close()
