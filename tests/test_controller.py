@@ -10,6 +10,7 @@ from localspec.engine.budgets import FixedBudget
 from localspec.engine.controller import (
     FIRST_PROBE_AFTER,
     LOOKUP_PROBE_WINS,
+    MAX_PROBE_INTERVAL,
     PROBE_LENGTH,
     RECHECK_AFTER,
     REFRESH_STEPS,
@@ -193,6 +194,39 @@ def test_a_probe_that_wins_starts_a_new_trial():
     record(ctl, 8, 9, 2.0)  # the probe: 9 tokens in the time of 2
     budget = plan(ctl, 8)
     assert budget.limit(MODEL, calibrated=True) == 8 and budget.floor == TRIAL_LENGTH
+
+
+def test_a_drafter_that_loses_again_after_each_winning_probe_is_probed_less_and_less():
+    """A draft nearly as dear as its target wins a probe on a lucky run and loses the steps after:
+    each relapse doubles the wait for the next probe; once its steps come out ahead, the wait
+    starts over."""
+    ctl = settled()
+    gate = ctl.gate("draft-model")
+    for _ in range(30):
+        ctl.update(MODEL, 4, 0)  # the estimates say it does not pay
+    ahead = False
+
+    def step() -> str:
+        if not plan(ctl, 8).limit(MODEL, calibrated=True):
+            record(ctl, 0, 1, 1.0)
+            return "idle"
+        if gate.probing:
+            record(ctl, 8, 9, 2.0)  # the probe: 9 tokens in the time of 2
+            return "probe"
+        record(ctl, 4, 5 if ahead else 1, 3.0)  # the trial and the steps after it
+        return "drafted"
+
+    probes = [i for i in range(300) if step() == "probe"]
+    gaps = [b - a for a, b in zip(probes, probes[1:], strict=False)]
+    # (up to MAX_PROBE_INTERVAL)
+    assert len(gaps) >= 4 and gaps[0] < gaps[1] < gaps[2] and gaps == sorted(gaps)
+    assert gate.probe_interval == MAX_PROBE_INTERVAL
+    ahead = True
+    while gate.benched:
+        step()
+    for _ in range(20):
+        step()
+    assert not gate.benched and gate.probe_interval == FIRST_PROBE_AFTER
 
 
 def test_prompt_lookup_needs_two_winning_probes_in_a_row_for_a_new_trial():

@@ -205,6 +205,7 @@ def test_a_draft_that_sat_out_catches_up_on_every_token_it_missed(tiny: TinyMode
         view.sync(prompt + generated)
         assert m.cached == prompt + generated and m.passes == passes + 1  # no hole, in one pass
         view.begin(prompt + [1])  # a new generation starts over from the real context
+        view.sync(prompt + [1])
         assert m.cached == prompt + [1]
 
 
@@ -216,6 +217,8 @@ def test_catching_up_is_timed_apart_from_drafting(tiny: TinyModels):
         view = DraftView(m)
         prompt = list(range(10, 20))
         view.begin(prompt)
+        view.sync(prompt)  # its first sync reads the prompt: a catch-up too
+        assert view.caught_up_s > 0.0
         view.sync(prompt + [100, 101])
         assert view.caught_up_s == 0.0
         view.sync(prompt + [100, 101, *range(102, 112)])

@@ -61,10 +61,24 @@ def test_a_windowed_draft_reads_only_its_window_and_a_next_turn_only_what_is_new
     assert draft.cached == window and sum(evaluated) == len(window) < 400 and view.catch_up(context) is None
     evaluated.clear()
     turn = [*context, *(rng.randrange(260, 300) for _ in range(40))]  # the reply and the next message
-    view.begin(turn, 256)
-    assert draft.cached == shown(turn, 256) and sum(evaluated) <= 41  # the new tokens (and the last again)
+    assert view.begin(turn, 256) == 0 and sum(evaluated) == 0  # a short read waits for the first sync
     logits = view.sync([*turn, 270, 271])
+    # The new tokens (and the last again), in one pass
     assert draft.cached == [*shown(turn, 256), 270, 271] and np.isfinite(logits).all()
+    assert len(evaluated) == 1 and evaluated[0] <= 43
+
+
+def test_a_draft_reads_a_short_prompt_only_when_first_let_draft_and_heads_at_once(draft: Model):
+    prompt = list(range(260, 300))
+    view = DraftView(draft)
+    draft.truncate(0)
+    assert view.begin(prompt) == 0 and draft.cached == []  # the first token does not wait for it
+    view.token_s = 0.01  # a long read timed before does not price a short prompt's reading
+    assert view.catch_up(prompt) is None
+    view.sync(prompt)
+    assert draft.cached == prompt and view.token_s == 0.01
+    draft.truncate(0)
+    assert view.begin(prompt, lazy=False) == len(prompt) and draft.cached == prompt
 
 
 def test_greedy_output_at_length_is_the_targets_own_with_a_windowed_draft(tiny: TinyModels, tmp_path):

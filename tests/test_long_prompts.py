@@ -88,6 +88,18 @@ def test_reading_must_beat_what_decoding_reaches_without_it_not_the_target_alone
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 8
 
 
+def test_a_draft_that_sat_out_mid_answer_is_not_measured_against_its_own_drafting():
+    # Its own steps reached 4 tokens a pass's time; after a few steps it sat out, catching up
+    # (400 tokens, 2 s) is weighed against what the others reached, the target alone's rate.
+    ctl = controller()
+    ctl.update(MODEL, 8, 8)
+    for _ in range(40):
+        ctl.record_step(MODEL, 4, 5, 1.25)
+    for _ in range(3):
+        ctl.record_step(None, 0, 1, 1.0)
+    assert drafts(ctl, CatchUp(400, CHEAP), remaining=64) == 8 and not ctl.notes
+
+
 def test_before_a_wide_pass_is_timed_at_this_length_the_reading_waits_for_one():
     ctl = AutoController(live_costs({1: 1.0}))  # one-token passes alone: the cost of drafting unknown
     ctl.costs.observe_prompt(2000, 2000 * PROMPT_TOKEN_S, 2000 * PROMPT_TOKEN_S)

@@ -18,10 +18,13 @@ The cut moves in steps of half a window, so that a conversation's next turn find
 its cache evaluates only what is new. The target verifies every token: the window costs some
 acceptance on text the draft no longer sees, never a token of output.
 
-A draft with more than EAGER_TOKENS to read at the start of a generation reads a part of it and
-times that, and the rest only when it is first let draft: the controller (engine/controller.py)
-weighs what reading costs against what drafting can save over the answer, so on a long prompt a
-draft that cannot pay its reading back never delays the answer."""
+A draft model reads nothing before the first token: it reads the prompt when it is first let draft
+(a fresh engine's first steps are plain ones, timing the target alone), so the first token comes as
+fast as the target alone gives it (a short prompt's reading took 0.17-0.25 s of the heavy testbed
+pair's first token, and a draft that never drafts never reads). With more than EAGER_TOKENS to
+read it first reads a part of it and times that: the controller (engine/controller.py) weighs what
+reading costs against what drafting can save over the answer, so on a long prompt a draft that
+cannot pay its reading back never delays the answer."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ from localspec.drafters.base import CatchUp
 # A draft that drafted the step before evaluates at most two tokens to catch up (the last it
 # drafted and the target's own); more means it sat out steps.
 STEADY_TOKENS = 2
-EAGER_TOKENS = 256  # read at the start of a generation whatever it costs: reading this much is cheap
+EAGER_TOKENS = 256  # read when first let draft, untimed before: reading this much is cheap
 WARM_TOKENS = 4  # read untimed first: a process's first pass also pages in the weights
 # Then timed, for the price of reading the rest (a 32-token pass reads at a long one's rate)
 TIMED_TOKENS = 32
@@ -62,7 +65,8 @@ class DraftView:
         self.tokens: list[int] = []  # the draft's version of the context
         self.seen = 0  # how much of the real context it accounts for
         self.window = 0  # the generation's --draft-window (0: the whole context)
-        self.lazy = True  # whether a long read waits for the first sync (begin)
+        self.lazy = True  # whether reading waits for the first sync (begin)
+        self.eager = False  # a short prompt waits for the first sync: read then, unpriced and untimed
         self.synced_s = 0.0  # the last sync's seconds
         self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
         self.token_s = 0.0  # seconds per token of its longest recent read (0: none timed yet)
@@ -78,17 +82,20 @@ class DraftView:
 
     def begin(self, context: Sequence[int], window: int = 0, lazy: bool = True) -> int:
         """A new generation: the draft evaluates the prompt, or its window of a long one (reusing
-        what its cache shares); of a long read, if `lazy`, a timed part now and the rest when first
-        synced (MTP heads read the target's state as its passes leave it: they read at once).
-        Returns the tokens evaluated now."""
+        what its cache shares); if `lazy`, when first synced, and of a long read a timed part now
+        (MTP heads read the target's state as its passes leave it: they read at once). Returns the
+        tokens evaluated now."""
         self.window, self.lazy = window, lazy
         self.tokens, self.seen = self._known(shown(context, window)), len(context)
         self.model.resume(self.tokens)
         have = start = common_prefix(self.model.cached, self.tokens)
-        if not lazy or len(self.tokens) - have <= EAGER_TOKENS:
+        self.eager = lazy and len(self.tokens) - have <= EAGER_TOKENS
+        if not lazy:
             self.model.sync(self.tokens, top_only=None)
             # A cached last token is evaluated again
             return max(len(self.tokens) - have, 1) if self.tokens else 0
+        if self.eager:
+            return 0
         if not self.model.passes:
             self.model.prefill(self.tokens[: have + WARM_TOKENS])
             have += WARM_TOKENS
@@ -105,9 +112,10 @@ class DraftView:
 
     def catch_up(self, context: Sequence[int]) -> CatchUp | None:
         """What drafting after `context` must read first, beyond a step's usual one or two tokens
-        (None: nothing more, or no read timed yet to price it by)."""
+        (None: nothing more, a short prompt's reading, or no read timed yet to price it by)."""
         behind = self.behind(context)
-        return CatchUp(behind, self.token_s) if behind > STEADY_TOKENS and self.token_s else None
+        priced = behind > STEADY_TOKENS and self.token_s and not self.eager
+        return CatchUp(behind, self.token_s) if priced else None
 
     def sync(self, context: Sequence[int], top_only: bool = False) -> np.ndarray:
         """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
@@ -121,8 +129,10 @@ class DraftView:
         logits = self.fit(self.model.sync(self.tokens, top_only))
         self.synced_s = time.perf_counter() - t0
         self.caught_up_s = self.synced_s if behind > STEADY_TOKENS else 0.0
-        if behind >= TIMED_TOKENS:
+        # (A short read's rate per token is no long one's: a few tokens' pass costs about one's)
+        if behind >= TIMED_TOKENS and not self.eager:
             self.token_s = self.synced_s / behind
+        self.eager = False
         return logits
 
     def fit(self, logits: np.ndarray) -> np.ndarray:

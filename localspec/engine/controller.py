@@ -17,7 +17,10 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   out on one unlucky stretch); one whose estimates promise no gain sits out only if its steps
   have not beaten the target alone either (after a short trial the estimates still lean on their
   priors). Benched drafters are probed at growing intervals; a probe that beats
-  the target alone (for prompt lookup, two in a row) starts a new trial. Prompt lookup is one
+  the target alone (for prompt lookup, two in a row) starts a new trial, and one benched again
+  before its steps came out ahead waits twice as long for its next probe (a draft model nearly as
+  dear as its target, on the light testbed pair, won a probe on a lucky run eight steps after each
+  pause and lost the steps that followed). Prompt lookup is one
   drafter here: its match lengths learn acceptance apart but share the trial and the verdict; a
   length that does not pay sits out and is rechecked at growing intervals.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
@@ -43,7 +46,7 @@ from dataclasses import dataclass, field
 from localspec.drafters.base import CatchUp, DraftKey
 from localspec.engine.budgets import AutoBudget
 from localspec.engine.costs import LiveCosts
-from localspec.engine.estimates import DECAY, Realized, SourceEstimates, expected_tokens
+from localspec.engine.estimates import DECAY, MIN_EVIDENCE, Realized, SourceEstimates, expected_tokens
 from localspec.engine.reading import Reading
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
@@ -78,6 +81,7 @@ class _Gate:
     probe_interval: int = FIRST_PROBE_AFTER
     probing: bool = False
     wins: int = 0  # probes won in a row
+    resumed: bool = False  # drafting again after a probe won, its steps not yet ahead
     realized: Realized = field(default_factory=Realized)
 
 
@@ -243,24 +247,29 @@ class AutoController:
                     f"its recent steps ran at {st.realized.rate():.1f} tok/s, the target alone at "
                     f"{plain:.1f}",
                 )
+            elif st.resumed and st.realized.steps >= MIN_EVIDENCE and st.realized.winning():
+                st.resumed, st.probe_interval = False, FIRST_PROBE_AFTER
         self._since_plain = self._since_plain + 1 if drafted else 0
         self._tokens = self._tokens * DECAY + emitted
         self._seconds = self._seconds * DECAY + seconds
-        self.reading.record(emitted, seconds)
+        self.reading.record(asked.drafter if asked else None, emitted, seconds)
 
     def _bench(self, drafter: str, why: str) -> None:
         st = self.gate(drafter)
         if not st.benched:
             # "paused", not "stopped": a probe may bring it back, and the steps before still count.
             self.notes.append(f"{drafter} paused: {why}")
+        if st.resumed:  # what its winning probe promised did not last
+            st.resumed, st.probe_interval = False, min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
         st.benched, st.idle_steps = True, 0
 
     def _after_probe(self, key: DraftKey, won: bool) -> None:
         st = self.gate(key.drafter)
         st.probing, st.wins = False, st.wins + 1 if won else 0
         if st.wins >= (LOOKUP_PROBE_WINS if key.lookup else 1):
-            # Fresh evidence from here: a trial, its realized throughput counted anew.
-            st.benched, st.trial, st.probe_interval, st.wins = False, TRIAL_STEPS, FIRST_PROBE_AFTER, 0
+            # Fresh evidence from here: a trial, its realized throughput counted anew; the interval
+            # goes back to FIRST_PROBE_AFTER once its steps come out ahead.
+            st.benched, st.trial, st.wins, st.resumed = False, TRIAL_STEPS, 0, True
             st.realized.scale(0.2)
             self.notes.append(f"{key.drafter} resumed: a probe beat the target alone")
         elif won:

@@ -34,21 +34,33 @@ class Reading:
 
     waiting: set[str] = field(default_factory=set)  # drafters told this generation that reading does not pay
     undecided: set[str] = field(default_factory=set)  # drafters whose reading waits for a wide pass timed
-    # This generation's steps, decayed as the controller's are: what decoding reaches meanwhile (an
-    # earlier turn's rate would count the draft model's own drafting)
-    tokens: float = 0.0
-    seconds: float = 0.0
+    # This generation's steps, decayed as the controller's are, [tokens, seconds] by the drafter
+    # asked ("": none): what decoding reaches without a drafter is the rest's. An earlier turn's
+    # rate, or this one's steps the drafter drafted itself, would measure it against itself (a
+    # draft that sat out a few steps mid-answer "saved ~0.0s" by catching up, waited, and fell
+    # further behind).
+    steps: dict[str, list[float]] = field(default_factory=dict)
 
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
         self.waiting.clear()
         self.undecided.clear()
-        self.tokens = self.seconds = 0.0
+        self.steps.clear()
 
-    def record(self, emitted: int, seconds: float) -> None:
-        """A step of this generation emitted `emitted` tokens in `seconds`."""
-        self.tokens = self.tokens * DECAY + emitted
-        self.seconds = self.seconds * DECAY + seconds
+    def record(self, drafter: str | None, emitted: int, seconds: float) -> None:
+        """A step of this generation that `drafter` was asked to draft emitted `emitted` tokens
+        in `seconds`."""
+        for tally in self.steps.values():
+            tally[0] *= DECAY
+            tally[1] *= DECAY
+        tally = self.steps.setdefault(drafter or "", [0.0, 0.0])
+        tally[0] += emitted
+        tally[1] += seconds
+
+    def without(self, drafter: str) -> tuple[float, float]:
+        """(tokens, seconds) of this generation's steps that `drafter` was not asked to draft."""
+        others = [t for name, t in self.steps.items() if name != drafter]
+        return sum(t[0] for t in others), sum(t[1] for t in others)
 
     def holds(self, drafter: str) -> bool:
         """Whether `drafter` waits to read, decided or not."""
@@ -68,11 +80,11 @@ class Reading:
         """Whether what `drafter` can save over the `remaining` tokens expected is READ_MARGIN times
         what reading `catch_up` costs first (a reading no dearer than a target pass is left to the
         gate). Saved per token: what a token costs now (a one-token pass, or less where this
-        generation's steps reached more tokens a second: prompt lookup drafting a copy) less the
-        best cost per token its drafts promise at acceptances `alphas` (None: it has not drafted;
-        READ_PRIOR_ALPHA), once a wide pass has been timed at this context length (or
-        READ_UNDECIDED_STEPS `steps` went by without one). A drafter that waits says why in
-        `notes`, once a generation."""
+        generation's steps without it reached more tokens a second: prompt lookup drafting a
+        copy) less the best cost per token its drafts promise at acceptances `alphas` (None: it
+        has not drafted; READ_PRIOR_ALPHA), once a wide pass has been timed at this context
+        length (or READ_UNDECIDED_STEPS `steps` went by without one). A drafter that waits says
+        why in `notes`, once a generation."""
         reading = costs.read(catch_up)
         if reading <= costs.verify(1):
             return True
@@ -86,7 +98,8 @@ class Reading:
             (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
             for k in range(1, cap + 1)
         )
-        now = min(costs.verify(1), self.seconds / self.tokens) if self.tokens > 0 else costs.verify(1)
+        tokens, seconds = self.without(drafter)
+        now = min(costs.verify(1), seconds / tokens) if tokens > 0 else costs.verify(1)
         saved = remaining * (now - per_token)
         if saved > READ_MARGIN * reading:
             self.waiting.discard(drafter)
