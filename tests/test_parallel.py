@@ -94,6 +94,31 @@ def test_lanes_decode_together_each_its_own_rows_as_alone_and_roll_back(tiny):
         assert all(lane.beside / lane.passes > 2 for lane in lanes)
 
 
+def test_a_lane_alone_reads_a_prompt_in_the_models_pieces_and_beside_others_in_short_ones(tiny):
+    """Alone, a request's prompt is read as `run` reads it, so its rows are the single model's
+    (llama.cpp's results move with the pieces a prompt is read in); beside another lane's steps,
+    in LANE_BATCH pieces between which the other's run."""
+    prompt = [(7 * i) % 250 + 3 for i in range(300)]
+    with Model(tiny.target, model_options(512)) as alone, laned(tiny.target, 2, 512) as base:
+        lockstep = Lockstep()
+        lanes = lanes_of(base, 2, lockstep)
+        expected = alone.sync(prompt).copy()
+        got: dict[str, np.ndarray] = {}
+        in_lanes(lockstep, lambda: got.setdefault("alone", lanes[0].sync(prompt).copy()))
+        np.testing.assert_array_equal(got["alone"], expected)
+        assert lanes[0].n_batch == base.n_batch >= len(prompt)
+        lanes[0].truncate(0)
+        passes = {}
+
+        def read(i: int) -> None:
+            before = lanes[i].passes
+            lanes[i].sync(prompt)
+            passes[i] = lanes[i].passes - before
+
+        in_lanes(lockstep, functools.partial(read, 0), functools.partial(read, 1))
+        assert passes == {0: 3, 1: 3}  # 128 + 128 + 44 tokens each, both lanes' in each pass
+
+
 def test_a_verification_waits_for_the_other_lanes_drafting_and_their_drafts_are_charged_to_the_batch(tiny):
     with laned(tiny.target, 2) as target, laned(tiny.close, 2) as draft:
         lockstep = Lockstep()

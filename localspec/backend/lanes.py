@@ -4,8 +4,8 @@ the other lanes' (backend/lockstep.py).
 
 Each lane's generation runs on a thread of its own, through the same engine and drafters as a
 single generation (sampling, grammars, stop strings, rollback unchanged): only a lane's passes
-differ. A long prompt is read in pieces of LANE_BATCH tokens, between which the other lanes'
-steps run."""
+differ. Beside other lanes' steps a long prompt is read in pieces of LANE_BATCH tokens, between
+which theirs run; alone, in the model's own pieces (Lane.n_batch)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,6 @@ class Lane(Model):
         self.share, self.drafts = share, drafts  # drafts: a draft model's lane, run first
         self.cancel = cancel  # set: its next pass (a prompt's next piece) raises DecodeAborted
         self.n_ctx = n_ctx
-        self.n_batch = min(base.n_batch, LANE_BATCH)
         self.cached = []
         self.partner: Lane | None = None  # the draft model's lane drafting for this one
         # Whether its cells were placed beside other lanes' (so some lie far up the cache, and widen
@@ -59,6 +58,14 @@ class Lane(Model):
         self.beside = 0  # lanes in each of its passes, summed (over `passes`: the mean batch)
         self.last = (0, 1, 0.0)  # its latest pass: tokens in it, lanes in it, its seconds
         self._held: np.ndarray | None = None
+
+    @property
+    def n_batch(self) -> int:  # type: ignore[override]
+        """The longest piece of a prompt it reads in one pass: the model's own while it generates
+        alone, as a single engine reads a prompt (llama.cpp's results move with the pieces a
+        prompt is read in: 128-token pieces moved a Q4_1 SmolLM2's log-probabilities by up to
+        0.13, and a request's greedy text from `run`'s); LANE_BATCH beside other lanes' steps."""
+        return self.base.n_batch if self.lockstep.joined <= 1 else min(self.base.n_batch, LANE_BATCH)
 
     def truncate(self, n: int) -> bool:
         if n < len(self.cached):

@@ -7,7 +7,7 @@ the longest prefix with it (its conversation's lane).
 
 A job whose client left is dropped from the queue, or, when it is generating, stopped within a
 step: a single worker's llama_decode calls watch the same event, so even a long prompt pass stops
-(lanes' passes are shared, so a lane stops between them, its prompt read in short pieces).
+(lanes' passes are shared, so a lane stops between them, its prompt read in pieces: backend/lanes.py).
 Shutting down answers the queued jobs at once and lets the running ones finish (the HTTP server
 cancels them when its grace period ends)."""
 
