@@ -18,11 +18,11 @@ The cut moves in steps of half a window, so that a conversation's next turn find
 its cache evaluates only what is new. The target verifies every token: the window costs some
 acceptance on text the draft no longer sees, never a token of output.
 
-A draft model reads nothing before the first token: it reads the prompt when it is first let draft
-(a fresh engine's first steps are plain ones, timing the target alone), so the first token comes as
+A draft model reads a short prompt when it is first let draft, not as the prompt is read (a fresh
+engine's first steps are plain ones, timing the target alone), so a run's first token comes as
 fast as the target alone gives it (a short prompt's reading took 0.17-0.25 s of the heavy testbed
 pair's first token, and a draft that never drafts never reads). With more than EAGER_TOKENS to
-read it first reads a part of it and times that: the controller (engine/controller.py) weighs what
+read it first reads a part of it at once and times that: the controller (engine/controller.py) weighs what
 reading costs against what drafting can save over the answer, so on a long prompt a draft that
 cannot pay its reading back never delays the answer."""
 
