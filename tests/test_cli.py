@@ -575,6 +575,17 @@ def test_help_lists_choices_and_shows_flags_without_a_value():
         assert choices in run_help, choices
 
 
+def test_run_with_drafting_off_loads_no_draft_but_still_tells_a_mistyped_one(tiny: TinyModels, tmp_path):
+    args = ("run", "-m", str(tiny.target), "-p", "the cat", "-n", "8", "--draft-mode", "off", "--json")
+    res = localspec(*args, "-d", str(tiny.close))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["model_files"] == {"target": str(tiny.target), "draft": None}
+    assert out["stats"]["draft_load_s"] == 0 and out["stats"]["drafter"] == "none"
+    res = localspec(*args, "-d", str(tmp_path / "nosuch.gguf"))
+    assert res.returncode != 0 and "nosuch.gguf" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_json_reports_the_thread_counts(tiny: TinyModels):
     from localspec.backend.hardware import physical_cores
 

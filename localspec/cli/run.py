@@ -111,6 +111,8 @@ def run(
     with user_errors():
         notify = (lambda _m: None) if quiet else (lambda m: typer.echo(m, err=True))
         files, settings = request(model, draft, flags, notify, seed=secrets.randbits(32))
+        if settings.draft_mode == "off":  # loading a draft it never uses cost 0.2-0.7 s of the wait
+            files = files.without_drafter()
         config = generation_config(settings)
         with loading(files, shown=not quiet and not json_out):
             loaded = load(files, settings, cancel, verbose, notify=notify)

@@ -4,7 +4,7 @@ settings) or the demo model (its F32 target made once from the shipped Q4_1)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,12 @@ class ModelFiles:
     def draft_name(self) -> str | None:
         """The draft as the user names it: its file, or mtp for the target's heads."""
         return str(self.draft) if self.draft else "mtp" if self.mtp else None
+
+    def without_drafter(self) -> ModelFiles:
+        """The target alone, for a generation that drafts nothing (a mistyped -d is still told)."""
+        if self.draft is not None:
+            check_exists(self.draft, "draft")
+        return replace(self, draft=None, mtp=False)
 
     def made(self, notify: Callable[[str], None]) -> ModelFiles:
         """The files as loaded, every path checked first (a mistyped -d is told before anything is
