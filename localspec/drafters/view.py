@@ -21,8 +21,8 @@ acceptance on text the draft no longer sees, never a token of output.
 A draft model reads a short prompt when it is first let draft, not as the prompt is read (a fresh
 engine's first steps are plain ones, timing the target alone), so a run's first token comes as
 fast as the target alone gives it (a short prompt's reading took 0.17-0.25 s of the heavy testbed
-pair's first token, and a draft that never drafts never reads). With more than EAGER_TOKENS to
-read it first reads a part of it at once and times that: the controller (engine/controller.py) weighs what
+pair's first token, and a draft that never drafts never reads). With more than SHORT_TOKENS to
+read it reads a part at once and times that: the controller (engine/controller.py) weighs what
 reading costs against what drafting can save over the answer, so on a long prompt a draft that
 cannot pay its reading back never delays the answer."""
 
@@ -41,7 +41,7 @@ from localspec.drafters.base import CatchUp
 # A draft that drafted the step before evaluates at most two tokens to catch up (the last it
 # drafted and the target's own); more means it sat out steps.
 STEADY_TOKENS = 2
-EAGER_TOKENS = 256  # read when first let draft, untimed before: reading this much is cheap
+SHORT_TOKENS = 256  # read whole when first let draft, unpriced and untimed: reading this much is cheap
 WARM_TOKENS = 4  # read untimed first: a process's first pass also pages in the weights
 # Then timed, for the price of reading the rest (a 32-token pass reads at a long one's rate)
 TIMED_TOKENS = 32
@@ -66,7 +66,7 @@ class DraftView:
         self.seen = 0  # how much of the real context it accounts for
         self.window = 0  # the generation's --draft-window (0: the whole context)
         self.lazy = True  # whether reading waits for the first sync (begin)
-        self.eager = False  # a short prompt waits for the first sync: read then, unpriced and untimed
+        self.short = False  # a short prompt waits for the first sync: read then, unpriced and untimed
         self.synced_s = 0.0  # the last sync's seconds
         self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
         self.token_s = 0.0  # seconds per token of its longest recent read (0: none timed yet)
@@ -89,12 +89,12 @@ class DraftView:
         self.tokens, self.seen = self._known(shown(context, window)), len(context)
         self.model.resume(self.tokens)
         have = start = common_prefix(self.model.cached, self.tokens)
-        self.eager = lazy and len(self.tokens) - have <= EAGER_TOKENS
+        self.short = lazy and len(self.tokens) - have <= SHORT_TOKENS
         if not lazy:
             self.model.sync(self.tokens, top_only=None)
             # A cached last token is evaluated again
             return max(len(self.tokens) - have, 1) if self.tokens else 0
-        if self.eager:
+        if self.short:
             return 0
         if not self.model.passes:
             self.model.prefill(self.tokens[: have + WARM_TOKENS])
@@ -114,7 +114,7 @@ class DraftView:
         """What drafting after `context` must read first, beyond a step's usual one or two tokens
         (None: nothing more, a short prompt's reading, or no read timed yet to price it by)."""
         behind = self.behind(context)
-        priced = behind > STEADY_TOKENS and self.token_s and not self.eager
+        priced = behind > STEADY_TOKENS and self.token_s and not self.short
         return CatchUp(behind, self.token_s) if priced else None
 
     def sync(self, context: Sequence[int], top_only: bool = False) -> np.ndarray:
@@ -130,9 +130,9 @@ class DraftView:
         self.synced_s = time.perf_counter() - t0
         self.caught_up_s = self.synced_s if behind > STEADY_TOKENS else 0.0
         # (A short read's rate per token is no long one's: a few tokens' pass costs about one's)
-        if behind >= TIMED_TOKENS and not self.eager:
+        if behind >= TIMED_TOKENS and not self.short:
             self.token_s = self.synced_s / behind
-        self.eager = False
+        self.short = False
         return logits
 
     def fit(self, logits: np.ndarray) -> np.ndarray:
