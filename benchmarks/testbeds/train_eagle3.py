@@ -3,7 +3,7 @@ write it as an `eagle3` GGUF that `localspec run -m TARGET -d HEAD.gguf` drafts 
 benchmark-only extra: it needs torch (`pip install torch`), which localspec does not.
 
     python -m benchmarks.testbeds.train_eagle3 testbed/target-f16.gguf --data eagle3-data.npz \\
-        --out testbed/eagle3-head.gguf [--epochs 3] [--depth 3] [--lr 1e-3]
+        --out testbed/eagle3-head.gguf [--eval HELD_OUT.npz] [--epochs 3] [--depth 3] [--lr 1e-3]
 
 The head is llama.cpp's eagle3 graph (src/models/eagle3.cpp) in torch: `fc` projects the target's
 three layer inputs at position p - 1, RMS-normed first (`norm_before_fc`: SmolLM2's residual stream
@@ -11,11 +11,14 @@ holds values in the tens of thousands), to g; the token at p is embedded with th
 embeddings; both are RMS-normed, joined, and fed to one attention layer (NORM rotary positions)
 whose residual is g, then a SwiGLU FFN; the target's output projection (SmolLM2 ties it to the
 embeddings) turns the pre-norm state into logits for the token at p + 1, learned against the
-target's own greedy token there. Training-time test (EAGLE-3's): at depth j > 1 the head is fed
+target's own odds there (its TOP most likely tokens, eagle3_data's file: more to learn from a token
+than its greedy choice alone). Training-time test (EAGLE-3's): at depth j > 1 the head is fed
 its own pre-norm state of depth j - 1 in place of g, and attends to the exact entries before its
 chain, then its chain's own, as it does when it drafts j tokens deep (the losses weighted 0.8^(j-1)).
-Logits are computed for the target's replies and a sample of prompt positions only: the output
-projection over 49k ids is what costs."""
+Logits are computed for the target's replies and a sample of prompt positions only (--prompt-share):
+the output projection over 49k ids is what costs. With --draft-vocab N the head has its own
+projection over the N ids the target chooses most (EAGLE-3's draft vocabulary, mapped back by a
+`d2t` table): cheaper to train and to run, and never right where the target's choice is not among them."""
 
 from __future__ import annotations
 
@@ -30,10 +33,11 @@ from benchmarks.harness import options
 from benchmarks.testbeds.target_header import copy_tokenizer, read_target
 
 HEAD_DIM = 64
-PROMPT_SHARE = 0.25  # of prompt positions, the share that carries a loss
 
 
-def _model(torch, fields: dict, n_read: int):  # noqa: ANN001
+def _model(torch, fields: dict, n_read: int, table, vocab):  # noqa: ANN001
+    """The head; with `vocab` (target ids), an output projection of its own over those ids alone
+    (started from their embeddings), else the target's (SmolLM2 ties it to the embeddings)."""
     nn = torch.nn
     arch = fields["general.architecture"]
     n_embd, n_ff = fields[f"{arch}.embedding_length"], fields[f"{arch}.feed_forward_length"]
@@ -55,6 +59,22 @@ def _model(torch, fields: dict, n_read: int):  # noqa: ANN001
                 {k: nn.Parameter(torch.ones(n_embd)) for k in ("attn", "hidden", "ffn", "output")}
             )
             self.norms["enc"] = nn.Parameter(torch.ones(n_read * n_embd))
+            self.vocab = vocab
+            self.out = table if vocab is None else nn.Parameter(table[torch.from_numpy(vocab)].clone())
+            index = torch.arange(len(table)) if vocab is None else torch.full((len(table),), -1)
+            if vocab is not None:
+                index[torch.from_numpy(vocab)] = torch.arange(len(vocab))
+            self.index = index
+
+        def log_odds(self, state):  # noqa: ANN001, ANN201  over the head's vocabulary
+            return (self.norm(state, "output") @ self.out.T).log_softmax(-1)
+
+        def targets(self, ids, odds):  # noqa: ANN001, ANN201
+            """The target's TOP ids as rows of the head's vocabulary (0 where it has none), and
+            their odds, renormalised over the ids it has."""
+            rows = self.index[ids]
+            odds = odds * (rows >= 0)
+            return rows.clamp(min=0), odds / odds.sum(-1, keepdim=True).clamp(min=1e-9)
 
         def encode(self, feats):  # noqa: ANN001, ANN201
             return self.fc(self.norm(feats, "enc"))
@@ -134,6 +154,9 @@ def _write(path: Path, head, fields: dict, types: dict, layers: list[int]) -> No
     w.add_bool("eagle3.norm_before_fc", True)
     copy_tokenizer(w, fields, types)
     t = lambda x: x.detach().numpy().astype(np.float32)  # noqa: E731
+    if head.vocab is not None:  # its own projection; llama.cpp maps its rows to target ids by d2t
+        w.add_tensor("output.weight", t(head.out))
+        w.add_tensor("d2t", head.vocab.astype(np.int64), raw_dtype=gguf.GGMLQuantizationType.I64)
     tensors = {
         "fc.weight": head.fc.weight,
         "enc.output_norm.weight": head.norms["enc"],
@@ -157,54 +180,101 @@ def _write(path: Path, head, fields: dict, types: dict, layers: list[int]) -> No
     w.close()
 
 
+def _sequences(data, torch, table, head, rng):  # noqa: ANN001, ANN201
+    """Each sequence's entries 1..T-1 (the token at p with g at p - 1), what each learns (the
+    target's odds over its TOP tokens after p) and which are replies (where the head drafts)."""
+    starts, prompt_ends = data["starts"], data["prompt_ends"]
+    order = range(len(starts) - 1) if rng is None else rng.permutation(len(starts) - 1)
+    for i in order:
+        lo, hi = int(starts[i]), int(starts[i + 1])
+        tokens = torch.from_numpy(data["tokens"][lo:hi].astype(np.int64))
+        feats = torch.from_numpy(data["features"][lo:hi].astype(np.float32))
+        ids = torch.from_numpy(data["top_ids"][lo + 1 : hi].astype(np.int64))
+        odds = torch.from_numpy(data["top_logits"][lo + 1 : hi].astype(np.float32)).softmax(-1)
+        reply = np.arange(1, hi - lo) >= int(prompt_ends[i]) - lo - 1
+        yield table[tokens[1:]], head.encode(feats[:-1]), ids, odds, reply
+
+
+def _loss(torch, head, states, ids, odds, keep, seen):  # noqa: ANN001, ANN201
+    """Cross-entropy against the target's odds over its TOP tokens, each depth weighted 0.8^(j-1);
+    tallies top-1 agreement with the target's greedy token in `seen`."""
+    loss, (mapped, odds) = torch.zeros(()), head.targets(ids, odds)
+    greedy = head.index[ids[:, 0]]  # -1 (never agreed with) where the head's vocabulary lacks it
+    for j, state in enumerate(states):
+        rows = torch.from_numpy(np.nonzero(keep[j:])[0] + j)
+        logp = head.log_odds(state[rows])
+        loss = loss - 0.8**j * (odds[rows] * logp.gather(1, mapped[rows])).sum(-1).mean()
+        seen[j] += ((logp.argmax(-1) == greedy[rows]).sum().item(), len(rows))
+    return loss
+
+
+def _evaluate(torch, head, table, data, depth: int) -> str:  # noqa: ANN001
+    """Top-1 agreement with the target's greedy token at the replies' positions of held-out data."""
+    seen = np.zeros((depth, 2))
+    with torch.no_grad():
+        for emb, g, ids, odds, reply in _sequences(data, torch, table, head, None):
+            _loss(torch, head, _depths(torch, head, emb, g, depth), ids, odds, reply, seen)
+    return ", ".join(f"depth {j + 1} {s[0] / max(s[1], 1):.2f}" for j, s in enumerate(seen))
+
+
+def _draft_vocab(data, n: int) -> np.ndarray | None:  # noqa: ANN001
+    """The n ids the target ranks first most often in the data, then by how often they are in its TOP."""
+    if n <= 0:
+        return None
+    size = max(n, int(data["top_ids"].max()) + 1)
+    first = np.bincount(data["top_ids"][:, 0], minlength=size)
+    anywhere = np.bincount(data["top_ids"].ravel(), minlength=size)
+    ranked = np.lexsort((-anywhere, -first))[:n]
+    covered = np.isin(data["top_ids"][:, 0], ranked).mean()
+    print(f"draft vocabulary: {n} ids, the target's first choice at {covered:.1%} of the data's positions")
+    return np.sort(ranked).astype(np.int64)
+
+
 def main() -> None:
     ap = options.parser(__doc__)
     options.add_target(ap)
     ap.add_argument("--data", type=Path, required=True, help="eagle3_data's .npz")
+    ap.add_argument("--eval", type=Path, help="eagle3_data's .npz of held-out prompts, scored each epoch")
     ap.add_argument("--out", type=Path, required=True, help="the eagle3 GGUF to write")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--depth", type=int, default=3, help="training-time test depth")
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument(
+        "--prompt-share", type=float, default=0.25, help="of prompt positions, the share learned from"
+    )
+    ap.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=0,
+        help="the head's own output over the N ids the target chooses most in the data (0: the target's)",
+    )
     a = options.parse(ap)
     import torch  # a benchmark-only extra: only this script needs it
 
     torch.manual_seed(0)
     data = np.load(a.data)
+    held_out = np.load(a.eval) if a.eval else None
     fields, types, embd = read_target(a.target, embeddings=True)
     layers = [int(x) for x in data["layers"]]
-    head = _model(torch, fields, len(layers))
     table = torch.from_numpy(embd)
-    starts = data["starts"]
-    prompt_ends = data["prompt_ends"]
-    steps = a.epochs * (len(starts) - 1)
-    opt = torch.optim.AdamW(head.parameters(), lr=a.lr, weight_decay=0.0)
+    head = _model(torch, fields, len(layers), table, _draft_vocab(data, a.draft_vocab))
+    steps = a.epochs * (len(data["starts"]) - 1)
+    opt = torch.optim.AdamW(head.parameters(), lr=a.lr, weight_decay=a.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, a.lr, total_steps=steps, pct_start=0.05)
     rng, started = np.random.default_rng(0), time.perf_counter()
     for epoch in range(a.epochs):
-        order, seen = rng.permutation(len(starts) - 1), np.zeros((a.depth, 2))
-        for i in order:
-            lo, hi = int(starts[i]), int(starts[i + 1])
-            tokens = torch.from_numpy(data["tokens"][lo:hi].astype(np.int64))
-            feats = torch.from_numpy(data["features"][lo:hi].astype(np.float32))
-            labels = torch.from_numpy(data["labels"][lo:hi].astype(np.int64))
-            # entries 1..T-1: the token at p with g at p - 1; the label is the target's token after p
-            emb, g, target = table[tokens[1:]], head.encode(feats[:-1]), labels[1:]
-            keep = np.arange(1, hi - lo) >= int(prompt_ends[i]) - lo - 1
-            keep |= rng.random(len(keep)) < PROMPT_SHARE
-            loss = torch.zeros(())
-            for j, state in enumerate(_depths(torch, head, emb, g, a.depth)):
-                rows = torch.from_numpy(np.nonzero(keep[j:])[0] + j)
-                logits = head.norm(state[rows], "output") @ table.T
-                loss = loss + 0.8**j * torch.nn.functional.cross_entropy(logits, target[rows])
-                seen[j] += ((logits.argmax(-1) == target[rows]).sum().item(), len(rows))
+        seen = np.zeros((a.depth, 2))
+        for emb, g, ids, odds, reply in _sequences(data, torch, table, head, rng):
+            keep = reply | (rng.random(len(reply)) < a.prompt_share)
+            loss = _loss(torch, head, _depths(torch, head, emb, g, a.depth), ids, odds, keep, seen)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
         rates = ", ".join(f"depth {j + 1} {s[0] / max(s[1], 1):.2f}" for j, s in enumerate(seen))
-        print(
-            f"epoch {epoch + 1}: top-1 agreement {rates} ({time.perf_counter() - started:.0f} s)", flush=True
-        )
+        scored = f"; held out: {_evaluate(torch, head, table, held_out, a.depth)}" if held_out else ""
+        print(f"epoch {epoch + 1}: top-1 agreement {rates}{scored} ({time.perf_counter() - started:.0f} s)")
     _write(a.out, head, fields, types, layers)
     print(f"wrote {a.out}")
 
