@@ -1,6 +1,7 @@
 """A target split over llama.cpp RPC servers: two `localspec rpc-server`s on 127.0.0.1 give the same
-greedy output as the local run; a server killed mid-run, or a link that stops answering, ends the
-run within seconds with a one-line error; bad servers and addresses are refused up front.
+greedy output as the local run (and `serve --parallel` over them, requests together, each its reply
+alone); a server killed mid-run, or a link that stops answering, ends the run within seconds with a
+one-line error; bad servers and addresses are refused up front.
 
 These need llama-cpp-python built with RPC (README's set-up commands build it so): without it they
 fail, never skip."""
@@ -16,11 +17,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from cli_helpers import CLI, assert_one_line_error, localspec
+from server_helpers import start
+from test_parallel import PROMPTS, ask, assert_same_up_to_a_tie, passes_of
 
 from benchmarks.harness.tcp_proxy import Proxy
 from localspec.backend import rpc
@@ -100,6 +104,24 @@ def test_greedy_output_over_two_rpc_servers_equals_the_local_output(servers, smo
     # Prompt lookup drafts, locally
     drafted = run_json(smollm2_q4, "--rpc", endpoints, "--tensor-split", "1,3")
     assert drafted["tokens"] == local["tokens"]
+
+
+def test_a_server_over_rpc_serves_requests_together_each_as_alone(servers, smollm2_f16: Path):
+    """`serve --parallel` with the target's layers on RPC servers: its lanes' passes are one
+    context's, so they cross the link together; each request gets its reply alone."""
+    endpoints = ",".join(e for e, _ in servers)
+    served = start(
+        "-m", str(smollm2_f16), "-d", "none", "--rpc", endpoints, "--parallel", "2", "--ctx", "512"
+    )
+    try:
+        alone = [ask(served, p) for p in PROMPTS[:2]]
+        with ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(lambda p: ask(served, p, stream=True), PROMPTS[:2]))
+        for a, b in zip(alone, together, strict=True):
+            assert_same_up_to_a_tie(a, b)
+        assert passes_of(served, 2) > 0
+    finally:
+        assert served.stop() == 0, "".join(served.log)
 
 
 def _long_run(model: Path, endpoints: str) -> subprocess.Popen:
