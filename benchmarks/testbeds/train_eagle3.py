@@ -214,6 +214,10 @@ def _evaluate(torch, head, table, data, depth: int) -> str:  # noqa: ANN001
     with torch.no_grad():
         for emb, g, ids, odds, reply in _sequences(data, torch, table, head, None):
             _loss(torch, head, _depths(torch, head, emb, g, depth), ids, odds, reply, seen)
+    return _rates(seen)
+
+
+def _rates(seen: np.ndarray) -> str:
     return ", ".join(f"depth {j + 1} {s[0] / max(s[1], 1):.2f}" for j, s in enumerate(seen))
 
 
@@ -272,8 +276,10 @@ def main() -> None:
             loss.backward()
             opt.step()
             sched.step()
-        rates = ", ".join(f"depth {j + 1} {s[0] / max(s[1], 1):.2f}" for j, s in enumerate(seen))
-        scored = f"; held out: {_evaluate(torch, head, table, held_out, a.depth)}" if held_out else ""
+        rates = _rates(seen)
+        scored = (
+            f"; held out: {_evaluate(torch, head, table, held_out, a.depth)}" if held_out is not None else ""
+        )
         print(f"epoch {epoch + 1}: top-1 agreement {rates}{scored} ({time.perf_counter() - started:.0f} s)")
     _write(a.out, head, fields, types, layers)
     print(f"wrote {a.out}")
