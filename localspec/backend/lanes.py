@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from collections.abc import Sequence
 
 import llama_cpp
@@ -55,6 +56,7 @@ class Lane(Model):
         self._stashed: tuple[list[int], ctypes.Array] | None = None  # (tokens, state) kept in host memory
         self.hidden = self.head = self.argmax = None
         self.passes, self.busy_s, self.timer = 0, 0.0, PassTimer()
+        self.parked_s = 0.0  # real seconds its thread waited for its passes (the others' included)
         self.beside = 0  # lanes in each of its passes, summed (over `passes`: the mean batch)
         self.last = (0, 1, 0.0)  # its latest pass: tokens in it, lanes in it, its seconds
         self._held: np.ndarray | None = None
@@ -77,7 +79,9 @@ class Lane(Model):
         if self.cancel.is_set():
             raise DecodeAborted()
         p = Pass(self, list(chunk), len(self.cached), all_logits)
+        t0 = time.perf_counter()
         self.lockstep.run(p)
+        self.parked_s += time.perf_counter() - t0
         self.cached.extend(chunk)
         self._held = p.rows
 

@@ -40,6 +40,14 @@ class Lane(Protocol):
     spread: bool
 
 
+class PassCosts(Protocol):
+    """What a cost profile (engine/clock.py's CostProfile) says passes cost on another machine."""
+
+    def verify(self, batch: int, context: int, at: float) -> float: ...
+
+    def draft(self, source: str, passes: int, at: float) -> float: ...
+
+
 @dataclass(eq=False)
 class Pass:
     lane: Lane
@@ -64,7 +72,12 @@ class Lockstep:
     rounds, each as long as a verification, on a step that earns at most k + 1 tokens: never more
     than one a round, which not drafting gets."""
 
-    def __init__(self) -> None:
+    def __init__(self, profile: PassCosts | None = None) -> None:
+        # A cost profile (`serve --cost-profile`): every pass is charged what the profile says it
+        # costs on another machine, and the lockstep keeps time as that machine would (now()).
+        self.profile = profile
+        self._offset = 0.0  # charged less measured seconds of the passes so far
+        self.busy_s = 0.0  # seconds by now() that rounds took since a lane joined an idle lockstep
         self._cv = threading.Condition()
         self._running = 0  # lanes generating and not parked in run()
         self._joined = 0  # lanes generating
@@ -72,10 +85,14 @@ class Lockstep:
         self._rounds = 0
         self._served: dict[int, int] = {}  # a lane's sequence -> the round it was last served in (turns)
         self._tokens = 0  # emitted by the lanes since the last round
-        self._last = time.perf_counter()  # when the last round ended
+        self._last = self.now()  # when the last round ended
         self._pending: list[Pass] = []
         self._models: dict[int, ModelPasses] = {}  # by id of the model
         threading.Thread(target=self._serve, name="localspec-passes", daemon=True).start()
+
+    def now(self) -> float:
+        """Seconds, as the cost profile's machine would count them (without one: real ones)."""
+        return time.perf_counter() + self._offset
 
     def passes_of(self, model: Model) -> ModelPasses:
         return self._models.setdefault(id(model), ModelPasses())
@@ -84,7 +101,7 @@ class Lockstep:
         """A lane's generation starts: its passes are waited for from now on."""
         with self._cv:
             if not self._joined:
-                self._last = time.perf_counter()  # idle time is no batch's
+                self._last = self.now()  # idle time is no batch's
             self._running += 1
             self._joined += 1
 
@@ -164,9 +181,10 @@ class Lockstep:
 
     def _tally(self, held: int, reading: bool) -> None:
         """The round's time and the tokens emitted since the last, for the gate."""
-        now = time.perf_counter()
+        now = self.now()
         if not reading:
             self.gate.add(held, self._tokens, now - self._last)
+        self.busy_s += now - self._last
         self._tokens, self._last = 0, now
 
     def _run(self, pending: list[Pass], held: int) -> None:
@@ -192,6 +210,10 @@ class Lockstep:
         base.watch(False)  # a lane's cancel stops it between passes, not the others' tokens
         with base.timer(n):
             rc, seconds = decode_synced(base.ctx, base._batch)
+        if self.profile is not None:
+            charged = self._charged(passes, n)
+            self._offset += charged - seconds
+            seconds = charged
         base.passes += 1
         base.busy_s += seconds
         self.passes_of(base).add(len(passes), n, seconds)
@@ -215,6 +237,19 @@ class Lockstep:
                 at = first if p.every else first + len(p.tokens) - 1
                 p.rows = np.array(base.logits.rows(rows, at))
             first += len(p.tokens)
+
+    def _charged(self, passes: list[Pass], tokens: int) -> float:
+        """What the profile says a pass of `tokens` tokens costs: the target's at the longest context
+        in it; the draft model's as its one-token pass (its call's cost less a call of none) scaled
+        as the target's passes scale with width (as SimulatedClock prices a draft's reading). A
+        profile that drifts is at the lockstep's busy time."""
+        assert self.profile is not None
+        context, at = max(p.base for p in passes), self.busy_s
+        target = self.profile.verify(tokens, context, at)
+        if not passes[0].lane.drafts:
+            return target
+        one = self.profile.draft("draft-model", 1, at) - self.profile.draft("draft-model", 0, at)
+        return one * target / self.profile.verify(1, context, at)
 
 
 def _batches(passes: list[Pass], most: int) -> list[list[Pass]]:

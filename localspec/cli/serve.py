@@ -140,6 +140,17 @@ def serve(
             rich_help_panel=SAMPLING,
         ),
     ] = None,
+    cost_profile: Annotated[
+        str | None,
+        typer.Option(
+            "--cost-profile",
+            metavar="PROFILE",
+            help="Measure another machine's decisions here: every pass is charged what this profile says "
+            "it costs (gpu[:R], cpu, drift[:PROFILE] or a FILE.json, as bench's), and /metrics adds "
+            "localspec:simulated_seconds. Replies come at this machine's speed.",
+            rich_help_panel=SERVER,
+        ),
+    ] = None,
     flags: dict = SETTINGS,
     verbose: VerboseOpt = False,
 ) -> None:
@@ -148,14 +159,17 @@ def serve(
     Endpoints: /v1/chat/completions, /v1/completions, /v1/models, /health, /metrics."""
     import uvicorn
 
+    from localspec.bench.profiles import load_profile
     from localspec.cli.views.loading import loading
     from localspec.server.app import ServeConfig, Server
     from localspec.session.loader import load
     from localspec.session.model_files import names_file
+    from localspec.session.simulated import simulate
 
     notify = lambda m: typer.echo(m, err=True)  # noqa: E731
     with user_errors():
         files, settings = request(model, draft, flags, notify, max_tokens=UNTIL_CONTEXT)
+        profile = load_profile(cost_profile) if cost_profile else None
         sock = _listen(host, port)
         if settings.lookup_via == "suffix" and settings.suffix_cache and not is_loopback(host):
             # What one client generated would speed up (and so show through the timing of) another's.
@@ -166,6 +180,8 @@ def serve(
             settings = settings.merged({"suffix_cache": False})
         with loading(files):
             loaded = load(files, settings, verbose=verbose, serving=True, notify=notify, scope=api_key)
+        if profile is not None:
+            simulate(loaded, profile)
     if not is_loopback(host) and api_key is None:
         notify(
             f"warning: listening on {host} with no --api-key: anyone who can reach this port can use the "
@@ -182,6 +198,7 @@ def serve(
         max_queue=max_queue,
         max_body=int(max_body * 2**20),
         log_format=log_format,
+        cost_profile=profile.name if profile is not None else None,
     )
     server = Server(loaded, config)
     bound_host, bound_port = sock.getsockname()[:2]
@@ -199,7 +216,8 @@ def serve(
         on_stop=lambda again: _stop(server.scheduler, shutdown_timeout, again, notify),
         # Said once it listens with its signal handlers in place: a client (or a test) may act on it.
         on_ready=lambda: notify(
-            f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}) on "
+            f"serving {model_id} (drafting: {drafter}, {settings.draft_mode}"
+            f"{f'; costs simulated: {config.cost_profile}' if config.cost_profile else ''}) on "
             f"http://{_url_host(bound_host)}:{bound_port}/v1 - Ctrl-C to stop"
         ),
     )

@@ -37,6 +37,7 @@ from localspec.session.prompt import (
     tokenize_rendered,
     tokens_in_prefix,
 )
+from localspec.session.simulated import simulated_seconds
 from localspec.session.tool_format import for_template
 
 
@@ -51,13 +52,14 @@ class ServeConfig:
     max_queue: int = 16
     max_body: int = DEFAULT_MAX_BODY
     log_format: str = "text"
+    cost_profile: str | None = None  # the profile's name where passes are charged by one (--cost-profile)
     created: int = field(default_factory=lambda: int(time.time()))
 
 
 class Server:
     def __init__(self, loaded: Loaded, config: ServeConfig) -> None:
         self.loaded, self.config = loaded, config
-        self.metrics = Metrics()
+        self.metrics = Metrics(simulated=config.cost_profile is not None)
         self.scheduler = Scheduler(loaded, config.max_queue, on_error=log_error)
         self.delivery = Delivery(self.scheduler, self.metrics, config.max_queue)
 
@@ -104,6 +106,8 @@ class Server:
         if self.loaded.lockstep is not None:
             for lanes, count in sorted(self.loaded.lockstep.passes_of(self.loaded.target).lanes.items()):
                 self.metrics.passes.labels(str(lanes)).set(count)
+        if self.metrics.simulated is not None:
+            self.metrics.simulated.set(simulated_seconds(self.loaded))
         return Response(self.metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # --- completions -----------------------------------------------------------------------

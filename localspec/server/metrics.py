@@ -16,7 +16,7 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, simulated: bool = False) -> None:
         self.registry = r = CollectorRegistry()
         self.drafts = Counter("localspec:spec_decode_num_drafts", "Steps that verified a draft.", registry=r)
         self.draft_tokens = Counter(
@@ -54,6 +54,16 @@ class Metrics:
             "From arrival to the last generated token.",
             buckets=LATENCY_BUCKETS,
             registry=r,
+        )
+        # Only where passes are charged by a cost profile (serve --cost-profile)
+        self.simulated = (
+            Gauge(
+                "localspec:simulated_seconds",
+                "Seconds spent generating as the --cost-profile machine would have spent them.",
+                registry=r,
+            )
+            if simulated
+            else None
         )
         for outcome in ("ok", "bad_request", "rejected", "cancelled", "error"):
             self.requests.labels(outcome)
