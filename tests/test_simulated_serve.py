@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from cli_helpers import assert_one_line_error, localspec
-from server_helpers import start
+from server_helpers import call, start
 from test_parallel import ask, assert_same_up_to_a_tie, in_lanes, laned, passes_of
 from test_server import metric
 
@@ -88,6 +88,23 @@ def test_serve_with_a_gpu_profile_answers_as_without_and_counts_simulated_second
     # Lossless whatever the costs: the same greedy replies (up to a tie: a batched pass moves logits)
     for a, b in zip(alone, together, strict=True):
         assert_same_up_to_a_tie(a, b)
+
+
+def test_one_request_at_a_time_is_charged_by_the_profile_too(tiny):
+    served = start(
+        "-m", str(tiny.target), "-d", str(tiny.close), "--parallel", "1", "--cost-profile", "gpu:4"
+    )
+    try:
+        assert any("costs simulated: gpu:4" in line for line in served.log)
+        seconds = []
+        for _ in range(2):
+            code, _, _ = call(served, "POST", "/v1/completions", {"prompt": "the cat", "max_tokens": 8})
+            assert code == 200
+            seconds.append(metric(served, "localspec:simulated_seconds"))
+        # A prompt pass and at least one step each, at 8.4 ms or more a pass
+        assert 2 * GpuProfile().verify(1, 0, 0.0) <= seconds[0] < seconds[1]
+    finally:
+        assert served.stop() == 0
 
 
 def test_a_cost_profile_that_is_not_one_is_a_one_line_error(tiny):
