@@ -5,10 +5,13 @@ harness. A benchmark's numbers are never checked here; that it runs, pairs and s
 from __future__ import annotations
 
 import ast
+import functools
+import http.server
 import json
 import runpy
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -111,6 +114,26 @@ def test_interleaving_and_tables() -> None:
     assert order[:4] == [("p", 0, "baseline"), ("p", 0, "auto"), ("p", 1, "baseline"), ("p", 1, "auto")]
     assert len(order) == 8
     assert table(["a", "b"], [["x", 1.234]]) == "| a | b |\n| --- | --- |\n| x | 1.23 |"
+
+
+def test_concurrent_reads_a_servers_unlabelled_metrics(tmp_path: Path) -> None:
+    from benchmarks.wait.concurrent import counters
+
+    (tmp_path / "metrics").write_text(
+        "# HELP localspec:generation_tokens_total Tokens generated.\n"
+        "localspec:generation_tokens_total 128.0\n"
+        "localspec:simulated_seconds 0.25\n"
+        'localspec:target_passes{requests="2"} 7.0\n'
+        "process_cpu_seconds_total 3.0\n"
+    )
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
+        threading.Thread(target=httpd.serve_forever, daemon=True).start()
+        try:
+            got = counters(httpd.server_address[1])
+        finally:
+            httpd.shutdown()
+    assert got == {"localspec:generation_tokens": 128.0, "localspec:simulated_seconds": 0.25}
 
 
 def test_first_runs_end_to_end_on_the_tiny_pair(tiny: TinyModels, tmp_path: Path) -> None:

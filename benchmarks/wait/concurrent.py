@@ -175,12 +175,12 @@ def main() -> None:
         ratio = median(r["tokens_per_s"] / b["tokens_per_s"] for r, b in zip(runs, base, strict=True))
         ttft = [t for r in runs for t in r["ttft"]]
         total = [t for r in runs for t in r["total"]]
-        times = (
+        columns = (
             [f"{median(r['drafted_per_token'] for r in runs):.2f}"]
             if a.cost_profile
             else [f"{median(ttft):.1f} / {max(ttft):.1f}", f"{median(total):.1f} / {max(total):.1f}"]
         )
-        out.append([count, mode, f"{median(r['tokens_per_s'] for r in runs):.2f}", f"{ratio:.2f}x", *times])
+        out.append([count, mode, f"{median(r['tokens_per_s'] for r in runs):.2f}", f"{ratio:.2f}x", *columns])
     headers = ["clients", "mode", "aggregate tok/s", f"over {a.modes[0]}"]
     if a.cost_profile:
         headers = [*headers, "drafted per token"]
