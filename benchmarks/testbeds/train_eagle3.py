@@ -280,7 +280,10 @@ def main() -> None:
         scored = (
             f"; held out: {_evaluate(torch, head, table, held_out, a.depth)}" if held_out is not None else ""
         )
-        print(f"epoch {epoch + 1}: top-1 agreement {rates}{scored} ({time.perf_counter() - started:.0f} s)")
+        print(
+            f"epoch {epoch + 1}: top-1 agreement {rates}{scored} ({time.perf_counter() - started:.0f} s)",
+            flush=True,  # an epoch takes minutes: its line is seen as it ends, in a log too
+        )
     _write(a.out, head, fields, types, layers)
     print(f"wrote {a.out}")
 
