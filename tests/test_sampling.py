@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from localspec.sampling.dist import SamplingParams, distribution, top_token
+from localspec.backend.confidence import top_token
+from localspec.sampling.dist import SamplingParams, distribution
 from localspec.sampling.draws import accept_draft_token, sample
 
 P_VALUE_FLOOR = 1e-3

@@ -25,6 +25,7 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from localspec.backend.batch import SEQ, decode_synced
+from localspec.backend.draft_ask import ALWAYS, DraftAsk
 from localspec.backend.head_cache import Target, free_context, head_context
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
@@ -81,7 +82,9 @@ class Gemma4Assistant:
             return np.empty((0, self.n_vocab), np.float32)
         return self._decode(tokens[-1], self.hidden.take(len(tokens) - 2, len(tokens) - 1)[0])
 
-    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False, ask: DraftAsk = ALWAYS
+    ) -> np.ndarray:
         """Drafted `tokens`, each with the assistant's state after the one before: the logits after
         the last (a draft model's signature; one row)."""
         for token in tokens:

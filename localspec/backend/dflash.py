@@ -34,6 +34,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import SEQ, decode_synced, fill
+from localspec.backend.draft_ask import ALWAYS, DraftAsk
 from localspec.backend.head_cache import Target, free_context, head_context
 from localspec.backend.layer_inputs import LayerInputs, hand_out_layer_inputs
 from localspec.backend.logits import LogitsReader
@@ -140,7 +141,9 @@ class DFlashBlock:
         self._draft(tokens[-1])
         return self._rows[0]
 
-    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False, ask: DraftAsk = ALWAYS
+    ) -> np.ndarray:
         """After drafted `tokens`: the block's row for the token that follows them (no pass: the
         block drafted it already, whatever came before)."""
         self._block.extend(tokens)

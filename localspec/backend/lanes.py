@@ -18,6 +18,7 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import DecodeAborted
+from localspec.backend.draft_ask import ALWAYS, DraftAsk, ScoredRows
 from localspec.backend.lane_costs import DraftShare
 from localspec.backend.lockstep import Lockstep, Pass
 from localspec.backend.model import Model
@@ -25,6 +26,10 @@ from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import common_prefix
 
 LANE_BATCH = 128  # the longest piece of a prompt read in one pass beside other lanes' steps
+
+
+class _Declined(Exception):
+    """A draft pass the batch did not take (Lane.decode)."""
 
 
 class Lane(Model):
@@ -60,6 +65,8 @@ class Lane(Model):
         self.beside = 0  # lanes in each of its passes, summed (over `passes`: the mean batch)
         self.last = (0, 1, 0.0)  # its latest pass: tokens in it, lanes in it, its seconds
         self._held: np.ndarray | None = None
+        self._ask = ALWAYS  # what the draft pass under way asks (decode)
+        self._top: tuple[int, float] | None = None  # its last row's, where it asked (scored)
 
     @property
     def n_batch(self) -> int:  # type: ignore[override]
@@ -75,15 +82,31 @@ class Lane(Model):
             del self.cached[n:]
         return True
 
+    def decode(
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False, ask: DraftAsk = ALWAYS
+    ) -> np.ndarray | None:
+        """As a model's; a draft pass offered for less than inf runs only if the batch takes it
+        (else None), and a scored one comes back as ScoredRows (backend/draft_ask.py)."""
+        self._ask = ask
+        try:
+            rows = super().decode(tokens, all_logits, top_only)
+        except _Declined:
+            return None
+        finally:
+            self._ask = ALWAYS
+        return ScoredRows.of(rows, self._top) if ask.scored and self._top is not None else rows
+
     def _decode_chunk(self, chunk: Sequence[int], all_logits: bool, want_last: bool) -> None:
         if self.cancel.is_set():
             raise DecodeAborted()
-        p = Pass(self, list(chunk), len(self.cached), all_logits)
+        p = Pass(self, list(chunk), len(self.cached), all_logits, ask=self._ask)
         t0 = time.perf_counter()
         self.lockstep.run(p)
         self.parked_s += time.perf_counter() - t0
+        if p.declined:
+            raise _Declined()
         self.cached.extend(chunk)
-        self._held = p.rows
+        self._held, self._top = p.rows, p.top
 
     @property
     def conversation(self) -> list[int]:
@@ -145,6 +168,10 @@ class Lane(Model):
 
     def may_draft(self) -> bool:
         return self.lockstep.drafting()
+
+    def shares_drafts(self) -> bool:
+        """Whether its draft passes run in rounds with other lanes' (Lockstep.shares)."""
+        return self.lockstep.shares()
 
     def stepped(self, tokens: int) -> None:
         self.lockstep.emitted(tokens)

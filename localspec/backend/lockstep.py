@@ -10,6 +10,7 @@ cancelled lane stops at its next pass."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,10 @@ import llama_cpp
 import numpy as np
 
 from localspec.backend.batch import decode_synced, fill_tree
-from localspec.backend.batch_gate import PLAIN, TURNS, BatchGate
+from localspec.backend.batch_gate import DRAFT, PLAIN, TURNS, BatchGate
+from localspec.backend.confidence import top_token
+from localspec.backend.draft_ask import ALWAYS, DraftAsk
+from localspec.backend.draft_rounds import DraftRounds
 from localspec.backend.lane_costs import DraftShare, ModelPasses
 from localspec.backend.model import Model
 from localspec.errors import LocalspecError
@@ -58,6 +62,9 @@ class Pass:
     error: Exception | None = None
     done: bool = False
     call: Callable[[], None] | None = None  # not a pass: work on the lane's sequence (Lockstep.call)
+    ask: DraftAsk = ALWAYS  # a draft pass's: what it is worth, whether its row is scored (draft_ask.py)
+    declined: bool = False  # the batch did not run it
+    top: tuple[int, float] | None = None  # its last row's top token and probability, if scored
 
 
 class Lockstep:
@@ -82,6 +89,7 @@ class Lockstep:
         self._running = 0  # lanes generating and not parked in run()
         self._joined = 0  # lanes generating
         self.gate = BatchGate()
+        self.draft_rounds = DraftRounds()
         self._rounds = 0
         self._served: dict[int, int] = {}  # a lane's sequence -> the round it was last served in (turns)
         self._tokens = 0  # emitted by the lanes since the last round
@@ -136,8 +144,15 @@ class Lockstep:
                     self._cv.wait()
                 held, turns = self._joined, self.gate.way(self._joined) == TURNS
                 pending = self._round(turns)
-                # A round that read a prompt or moved a sequence earns nothing either way: not tallied.
-                reading = any((len(p.tokens) > 1 and not p.every) or p.call for p in pending)
+                if not pending:  # draft passes declined: their lanes go on to verify
+                    self._cv.notify_all()
+                    continue
+                # A round that read a request's prompt or moved a sequence earns nothing either way:
+                # not tallied. A draft model's reads (its window of a prompt, the tokens accepted
+                # since its last pass) are drafting's cost.
+                reading = any(
+                    p.call or (not p.lane.drafts and len(p.tokens) > 1 and not p.every) for p in pending
+                )
             try:
                 self._run(pending, 1 if turns else held)
             except Exception as e:  # noqa: BLE001 -- each lane's request fails, and the server goes on
@@ -147,7 +162,10 @@ class Lockstep:
                 for p in pending:
                     p.done = True
                 self._running += len(pending)
-                self._tally(held, reading)
+                # A round of draft passes each lane offered (not a catch-up after verification,
+                # which the step's own Python precedes): what the next such round will cost
+                offered = all(p.lane.drafts and p.ask.offer < math.inf for p in pending)
+                self._tally(held, reading, offered)
                 self._cv.notify_all()
 
     def emitted(self, tokens: int) -> None:
@@ -158,6 +176,10 @@ class Lockstep:
     def drafting(self) -> bool:
         """Whether the lanes' engines draft at the batch's size now (BatchGate)."""
         return self.gate.way(self._joined) != PLAIN
+
+    def shares(self) -> bool:
+        """Whether lanes draft together now, the batch deciding on each round (DraftRounds)."""
+        return self._joined > 1 and self.gate.way(self._joined) == DRAFT
 
     @property
     def joined(self) -> int:
@@ -174,18 +196,28 @@ class Lockstep:
             self._served[seq] = self._rounds
             chosen = [p for p in self._pending if p.lane.seq == seq]
         else:
-            chosen = [p for p in self._pending if p.lane.drafts] or list(self._pending)
+            chosen = [p for p in self._pending if p.lane.drafts]
+            if chosen and not self.draft_rounds.takes([p.ask.offer for p in chosen]):
+                for p in chosen:
+                    p.done = p.declined = True
+                self._running += len(chosen)
+                self._pending = [p for p in self._pending if not p.declined]
+                return []
+            chosen = chosen or list(self._pending)
         self._rounds += 1
         self._pending = [p for p in self._pending if p not in chosen]
         return chosen
 
-    def _tally(self, held: int, reading: bool) -> None:
-        """The round's time and the tokens emitted since the last, for the gate."""
+    def _tally(self, held: int, reading: bool, offered: bool) -> None:
+        """The round's time and the tokens emitted since the last tallied one, for the gate (and a
+        round of draft passes' time, for the next such round's verdict)."""
         now = self.now()
+        self.busy_s += now - self._last
         if not reading:
             self.gate.add(held, self._tokens, now - self._last)
-        self.busy_s += now - self._last
-        self._tokens, self._last = 0, now
+            self.draft_rounds.add(self._tokens, now - self._last, offered)
+            self._tokens = 0
+        self._last = now
 
     def _run(self, pending: list[Pass], held: int) -> None:
         by_model: dict[int, list[Pass]] = {}
@@ -236,6 +268,8 @@ class Lockstep:
                 rows = len(p.tokens) if p.every else 1
                 at = first if p.every else first + len(p.tokens) - 1
                 p.rows = np.array(base.logits.rows(rows, at))
+                if p.ask.scored:
+                    p.top = top_token(p.rows[-1])
             first += len(p.tokens)
 
     def _charged(self, passes: list[Pass], tokens: int) -> float:

@@ -11,10 +11,12 @@ from pathlib import Path
 import llama_cpp
 import numpy as np
 
+from localspec.backend.alone import Alone
 from localspec.backend.assistant import Gemma4Assistant, attach_assistant
 from localspec.backend.batch import SEQ, DecodeAborted, decode_synced, fill
 from localspec.backend.devices import local_gpus
 from localspec.backend.dflash import DFlashBlock, attach_dflash
+from localspec.backend.draft_ask import ALWAYS, DraftAsk
 from localspec.backend.drafter_files import ASSISTANT, DFLASH, DSPARK
 from localspec.backend.eagle3 import attach_eagle3
 from localspec.backend.hidden import HiddenRows
@@ -39,7 +41,7 @@ CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 DEFAULT_CTX = 4096  # a context of 0 asks for the model's training context, but at most this
 
 
-class Model(TokenText, TreeSequences):
+class Model(Alone, TokenText, TreeSequences):
     """Weights, one context and the exact list of tokens its KV cache holds (`cached`)."""
 
     def __init__(self, path: Path, options: ModelOptions, cancel: threading.Event | None = None) -> None:
@@ -135,21 +137,6 @@ class Model(TokenText, TreeSequences):
             return self.argmax.rows(rows, first)
         return self.logits.rows(rows, first)
 
-    def priced(self, width: int, seconds: float) -> float:
-        """What a pass over `width` tokens that took `seconds` costs (a lane's pass shares its cost)."""
-        return seconds
-
-    def draft_factor(self) -> float:
-        """What a second of drafting for this model costs (a lane's held the others: lanes.py)."""
-        return 1.0
-
-    def may_draft(self) -> bool:
-        """Whether `auto` may draft for this model now (a lane's batch may say not: lanes.py)."""
-        return True
-
-    def stepped(self, tokens: int) -> None:
-        """A step emitted `tokens` (what a lane's batch measures drafting by)."""
-
     def set_threads(self, n: int) -> None:
         """Run later passes (generation and prompt alike) on n threads, the heads' too."""
         llama_cpp.llama_set_n_threads(self.ctx, n, n)
@@ -176,12 +163,14 @@ class Model(TokenText, TreeSequences):
         return False
 
     def decode(
-        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False, ask: DraftAsk = ALWAYS
     ) -> np.ndarray | None:
         """Append tokens to the cache in one pass (chunked by n_batch for long prompts).
 
         Returns logits as a (rows, n_vocab) view into llama.cpp's buffer, valid until the next decode:
-        one row per token when all_logits, else only the last token's row (see _want for top_only)."""
+        one row per token when all_logits, else only the last token's row (see _want for top_only).
+        `ask`: what a drafter's pass asks beyond that (backend/draft_ask.py): a model of its own
+        runs it as any other."""
         if not tokens:
             return None
         self._want(top_only)

@@ -29,6 +29,7 @@ import numpy as np
 from llama_cpp import llama_cpp_ext
 
 from localspec.backend.batch import SEQ, commit_path, decode_synced, fill, fill_tree
+from localspec.backend.draft_ask import ALWAYS, DraftAsk
 from localspec.backend.head_cache import HeadCache, Target, head_context
 from localspec.backend.hidden import HiddenRows
 from localspec.backend.logits import LogitsReader
@@ -152,7 +153,9 @@ class MtpHead:
         self.hidden.release(min([len(tokens) - 2, *(c.exact - 1 for c in self._caches[1:])]))
         return first.logits.rows(1, first=-1)[0]
 
-    def decode(self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False) -> np.ndarray:
+    def decode(
+        self, tokens: Sequence[int], all_logits: bool, top_only: bool | None = False, ask: DraftAsk = ALWAYS
+    ) -> np.ndarray:
         """Append drafted tokens, each paired with the output of the head before it (the target's
         state is not known yet): the logits after the last (a draft model's signature; one row)."""
         for token in tokens:

@@ -93,6 +93,10 @@ class Budget(Protocol):
     def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
         """Whether drafting an (n+1)-th token after the n-th (path probability path_p) pays."""
 
+    def offer(self, key: DraftKey, path_p: float, n: int) -> float:
+        """What drafting an (n+1)-th token is worth, for a model that may decline the pass (a
+        server's lane, whose batch decides): inf, whatever it costs; 0, not at all."""
+
 
 @dataclass
 class Draft:

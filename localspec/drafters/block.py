@@ -51,6 +51,9 @@ class _WithinBlock:
     def extend(self, key: DraftKey, path_p: float, n: int) -> bool:
         return n < self.most and self.budget.extend(key, path_p, n)
 
+    def offer(self, key: DraftKey, path_p: float, n: int) -> float:
+        return self.budget.offer(key, path_p, n) if n < self.most else 0.0
+
 
 class BlockDrafter(DraftModelDrafter):
     windowed = False  # the target's rows at every position: it sees all of the context

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localspec.backend.confidence import top_token
+from localspec.backend.draft_ask import DraftAsk, ScoredRows
 from localspec.backend.forced import ForcedText
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
@@ -13,7 +15,7 @@ from localspec.backend.token_text import TokenText
 from localspec.backend.top_tokens import TopTokens, top_of
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
-from localspec.sampling.dist import Dist, SamplingParams, final_dist, top_token
+from localspec.sampling.dist import Dist, SamplingParams, final_dist
 from localspec.sampling.draws import Coupling, sample
 
 
@@ -105,6 +107,16 @@ class DraftModelDrafter:
         coupled = self.coupling if not params.greedy else None
         one_hot = draft.probs is None
         path_p, forced, unseen = 1.0, [], []  # unseen: drafted, not yet evaluated by the draft
+        # Where a row's top token and confidence are all that is read of it, a lane has them
+        # computed where its pass ran (backend/draft_ask.py)
+        scored = (
+            draft.confidences is not None
+            and (params.greedy or (one_hot and coupled is None))
+            and grammar is None
+            and params.penalties.off
+            and self.model.n_vocab <= self.view.n_vocab
+        )
+        top: tuple[int, float] | None = None  # the current row's, where the model scored it
         for n in range(1, max_tokens + 1):
             if not forced and grammar is not None:
                 forced = self._forced().tokens(grammar)
@@ -118,7 +130,7 @@ class DraftModelDrafter:
                 if q is not None:
                     confidence = q.top()
                 elif draft.confidences is not None:
-                    token, confidence = top_token(logits)
+                    token, confidence = top or top_token(logits)
                 else:
                     token, confidence = top_of(logits), 1.0
             if n > budget.floor and confidence < self.settings.p_min:
@@ -136,13 +148,20 @@ class DraftModelDrafter:
                 draft.probs.append(q)
             # The target stops at an end of generation it accepts: nothing after it is verified (a
             # grammar's output, once complete, allows nothing else, so its drafts end there).
-            if self.spelling.is_eog(token) or not budget.extend(self.key, path_p, n):
+            offer = 0.0 if self.spelling.is_eog(token) else budget.offer(self.key, path_p, n)
+            if offer <= 0:
                 break
             if grammar is not None:
                 grammar.accept(token)
             unseen.append(token)
             if not forced:  # a forced run is evaluated in one pass, after its last token
-                row = self.model.decode(unseen, all_logits=False, top_only=top_only)[0]  # type: ignore[index]
+                rows = self.model.decode(
+                    unseen, all_logits=False, top_only=top_only, ask=DraftAsk(offer, scored)
+                )
+                if rows is None:  # declined: the other requests beside it stopped drafting (lanes)
+                    break
+                top = rows.top if isinstance(rows, ScoredRows) else None
+                row = rows[0]
                 logits = row if isinstance(row, TopTokens) else self.view.fit(row)
                 unseen = []
 

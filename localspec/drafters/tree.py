@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localspec.backend.confidence import top_token
 from localspec.backend.grammar import Grammar
 from localspec.backend.model import Model
 from localspec.drafters.base import Budget, Draft, DraftKey, DraftSettings, shaped
 from localspec.drafters.view import DraftView
-from localspec.sampling.dist import SamplingParams, final_dist, top_ids, top_token
+from localspec.sampling.dist import SamplingParams, final_dist, top_ids
 from localspec.sampling.draws import Coupling
 
 

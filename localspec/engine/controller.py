@@ -47,6 +47,7 @@ from localspec.drafters.base import CatchUp, DraftKey
 from localspec.engine.budgets import AutoBudget
 from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, MIN_EVIDENCE, Realized, SourceEstimates, expected_tokens
+from localspec.engine.pricing import StepPrices
 from localspec.engine.reading import Reading
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
@@ -62,11 +63,6 @@ MAX_PROBE_INTERVAL = 64
 # many, up to 4 * MAX_PROBE_INTERVAL): an engine outlives a text (a chat, a server), early misses too.
 RECHECK_AFTER = 16
 REFRESH_STEPS = 48
-# Expected gains carry estimation error; a length must promise this much over plain decoding.
-GAIN_MARGIN = 1.02
-# Near its optimum the rate curve is flat, and acceptance comes in runs the per-position estimates
-# only partly capture: among lengths within this fraction of the best rate, the longest wins.
-FLAT_TOLERANCE = 0.03
 
 
 @dataclass
@@ -107,25 +103,15 @@ class AutoController:
     def estimates(self, name: str) -> SourceEstimates:
         return self._estimates.setdefault(name, SourceEstimates())
 
-    def plain_rate(self) -> float:
-        return 1.0 / self.costs.verify(1)
+    def prices(self) -> StepPrices:
+        """Costs and estimates as they stand now (a step's budget keeps its own: pricing.py)."""
+        return StepPrices(self.costs, self.estimates)
 
-    def _rates(self, key: DraftKey, cap: int) -> list[float]:
-        alphas = self.estimates(key.estimates).alphas(cap)
-        rates = [GAIN_MARGIN * self.plain_rate()]
-        for k in range(1, cap + 1):
-            rates.append(
-                expected_tokens(alphas, k) / (self.costs.draft(key.drafter, k) + self.costs.verify(k + 1))
-            )
-        return rates
+    def plain_rate(self) -> float:
+        return self.prices().plain_rate()
 
     def best_length(self, key: DraftKey, cap: int) -> int:
-        """The k in [0, cap] with the most expected tokens per second."""
-        rates = self._rates(key, cap)
-        best = max(range(cap + 1), key=rates.__getitem__)
-        if best == 0:
-            return 0
-        return max(k for k in range(1, cap + 1) if rates[k] >= rates[best] * (1 - FLAT_TOLERANCE))
+        return self.prices().best_length(key, cap)
 
     def rate(self) -> float:
         """Tokens per second a drafted token must beat: what decoding reached lately (at least the
@@ -140,12 +126,13 @@ class AutoController:
         self.reading.start()
         self._steps = 0
 
-    def plan(self, cap: int, floor: int = 0, remaining: float = 0.0) -> AutoBudget:
+    def plan(self, cap: int, floor: int = 0, remaining: float = 0.0, shared: bool = False) -> AutoBudget:
         """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
         (`asked`), for `record_step` to credit the step to. `remaining`: the tokens the answer is
-        still expected to run, which reading a long context must pay back over."""
+        still expected to run, which reading a long context must pay back over; `shared`: other
+        generations' drafts share its draft passes (AutoBudget.offer)."""
         self.remaining, self._steps = remaining, self._steps + 1
-        return AutoBudget(self, cap, min(floor, cap))
+        return AutoBudget(self, self.prices(), cap, min(floor, cap), shared=shared)
 
     def limit(
         self, key: DraftKey, cap: int, calibrated: bool, catch_up: CatchUp | None = None
@@ -200,26 +187,9 @@ class AutoController:
         st = self.gate(other.drafter)
         if st.benched or self.reading.holds(other.drafter):
             return True
-        mine = expected_tokens(self.estimates(found.estimates).alphas(length), length) / self.costs.verify(
-            length + 1
-        )
-        return mine >= max(self._rates(other, cap)[1:], default=0.0)
-
-    def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
-        """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
-        before it) with probability path_p, later ones as the per-position estimates say (runs of
-        acceptance make later positions surer than a token's own confidence tells), and tokens
-        past `paid` must still be drafted."""
-        alphas = self.estimates(key.estimates).alphas(cap)
-        per_pass = self.costs.draft(key.drafter, 2) - self.costs.draft(key.drafter, 1)
-        base = self.costs.verify(n)
-        gain, p = 0.0, path_p
-        for m in range(n, cap + 1):
-            gain += p
-            if gain > rate * (self.costs.verify(m + 1) - base + per_pass * (m - paid)):
-                return True
-            p *= alphas[m] if m < cap else 0.0
-        return False
+        prices = self.prices()
+        mine = expected_tokens(prices.alphas(found.estimates, length), length) / prices.verify(length + 1)
+        return mine >= max(prices.rates(other, cap)[1:], default=0.0)
 
     def update(
         self, key: DraftKey, drafted: int, accepted: int, judged: Sequence[tuple[float, bool]] = ()

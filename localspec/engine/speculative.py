@@ -201,7 +201,8 @@ class SpeculativeEngine:
             return Proposal(Draft())  # beside other requests, drafting lost (backend/lanes.py)
         if config.draft_mode == "auto":
             cap = min(config.max_tokens, self.target.n_ctx - len(run.ctx) + len(run.generated))
-            budget = self.controller.plan(k_max, floor, expected_left(len(run.generated), cap, self.ended))
+            left = expected_left(len(run.generated), cap, self.ended)
+            budget = self.controller.plan(k_max, floor, left, shared=self.target.shares_drafts())
         else:
             budget = FixedBudget(k_max, floor)
         wall = time.perf_counter()

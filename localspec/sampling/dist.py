@@ -17,14 +17,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from localspec.backend.confidence import SMALL
 from localspec.config import defaults
 from localspec.errors import LocalspecError
 from localspec.sampling.penalties import Penalties
 
 GROUP = 256  # rows of the vocabulary's grid in top_ids
-SMALL = 4 * GROUP  # below this many logits, whole-array operations are cheaper
-NEAR = 10.0  # top_token: logits within this of the top are summed exactly
-SAMPLE = 32  # ... and the others estimated from every SAMPLE-th one
 
 
 @dataclass(frozen=True)
@@ -136,26 +134,6 @@ def top_ids(logits: np.ndarray, n: int) -> np.ndarray:
         cand = cand[np.argpartition(x[cand], len(cand) - n)[len(cand) - n :]]
     cand = np.sort(cand)  # equal logits in id order, as the stable sort of the whole vocabulary above
     return cand[np.argsort(-x[cand], kind="stable")]
-
-
-def top_token(logits: np.ndarray) -> tuple[int, float]:
-    """The argmax and its probability under plain softmax (the draft's confidence, what
-    --draft-p-min compares against), with two passes over the vocabulary and no exp over it.
-
-    The normaliser is summed exactly over the logits within NEAR of the top (every term that could
-    matter alone) and estimated from every SAMPLE-th logit below that (the many small terms, whose
-    sum does matter: a top token at 0.9 leaves 0.1 spread over the rest). A confidence is a
-    heuristic for how far to draft, never part of the acceptance rule."""
-    x = logits
-    token = int(np.argmax(x))
-    top = x[token]
-    if len(x) < SMALL:
-        return token, float(1.0 / np.exp(x - top, dtype=np.float64).sum())
-    cut = top - np.float32(NEAR)
-    exact = float(np.exp(x[x > cut] - top).sum(dtype=np.float64))
-    sampled = x[::SAMPLE]
-    far = float(np.exp(sampled[sampled <= cut] - top).sum(dtype=np.float64))
-    return token, 1.0 / (exact + SAMPLE * far)
 
 
 class NotNumbers(LocalspecError):

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from localspec.sampling.dist import GROUP, SMALL, Dist
+from localspec.backend.confidence import SMALL
+from localspec.sampling.dist import GROUP, Dist
 
 
 def _as_dist(probs: Dist | np.ndarray) -> Dist:
