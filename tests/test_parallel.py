@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import llama_cpp
@@ -398,3 +399,29 @@ def test_an_idle_lanes_conversation_is_stashed_off_the_cache_and_restored_when_c
             assert lane.cached == [] and lane.conversation == []
         finally:
             lockstep.leave()
+
+
+def test_a_lane_joins_between_rounds_not_while_one_runs():
+    """A lane's thread works on its sequence between its passes (a rollback, say): joining while a
+    round runs on the lockstep's thread would race llama.cpp's work on the same cache."""
+    lockstep = Lockstep()
+    entered, release = threading.Event(), threading.Event()
+    lane = SimpleNamespace(seq=0, drafts=False)
+
+    def holding_a_round() -> None:
+        lockstep.join()
+        lockstep.call(lane, lambda: (entered.set(), release.wait(10)))  # type: ignore[arg-type]
+        lockstep.leave()
+
+    holder = threading.Thread(target=holding_a_round)
+    holder.start()
+    assert entered.wait(10)
+    joiner = threading.Thread(target=lockstep.join)
+    joiner.start()
+    joiner.join(0.3)
+    assert joiner.is_alive()  # the round is still running
+    release.set()
+    joiner.join(10)
+    holder.join(10)
+    assert not joiner.is_alive() and lockstep.joined == 1
+    lockstep.leave()

@@ -20,7 +20,8 @@ import numpy as np
 from localspec.backend.batch import DecodeAborted
 from localspec.backend.draft_ask import ALWAYS, DraftAsk, ScoredRows
 from localspec.backend.lane_costs import DraftShare
-from localspec.backend.lockstep import Lockstep, Pass
+from localspec.backend.lane_pass import Pass
+from localspec.backend.lockstep import Lockstep
 from localspec.backend.model import Model
 from localspec.backend.rpc import PassTimer
 from localspec.backend.slots import common_prefix

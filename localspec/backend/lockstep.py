@@ -13,9 +13,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Callable
 
 import llama_cpp
 import numpy as np
@@ -23,48 +21,11 @@ import numpy as np
 from localspec.backend.batch import decode_synced, fill_tree
 from localspec.backend.batch_gate import DRAFT, PLAIN, TURNS, BatchGate
 from localspec.backend.confidence import top_token
-from localspec.backend.draft_ask import ALWAYS, DraftAsk
 from localspec.backend.draft_rounds import DraftRounds
-from localspec.backend.lane_costs import DraftShare, ModelPasses
+from localspec.backend.lane_costs import ModelPasses
+from localspec.backend.lane_pass import Lane, Pass, PassCosts, batches
 from localspec.backend.model import Model
 from localspec.errors import LocalspecError
-
-
-class Lane(Protocol):
-    """What of a lane (backend/lanes.py) its passes read and tally."""
-
-    base: Model  # the model whose sequence it is
-    seq: int
-    drafts: bool  # a draft model's lane: its passes run first
-    share: DraftShare
-    passes: int
-    busy_s: float
-    beside: int
-    last: tuple[int, int, float]
-    spread: bool
-
-
-class PassCosts(Protocol):
-    """What a cost profile (engine/clock.py's CostProfile) says passes cost on another machine."""
-
-    def verify(self, batch: int, context: int, at: float) -> float: ...
-
-    def draft(self, source: str, passes: int, at: float) -> float: ...
-
-
-@dataclass(eq=False)
-class Pass:
-    lane: Lane
-    tokens: Sequence[int]
-    base: int  # the position of its first token
-    every: bool  # rows for every token (else for the last only)
-    rows: np.ndarray | None = None
-    error: Exception | None = None
-    done: bool = False
-    call: Callable[[], None] | None = None  # not a pass: work on the lane's sequence (Lockstep.call)
-    ask: DraftAsk = ALWAYS  # a draft pass's: what it is worth, whether its row is scored (draft_ask.py)
-    declined: bool = False  # the batch did not run it
-    top: tuple[int, float] | None = None  # its last row's top token and probability, if scored
 
 
 class Lockstep:
@@ -88,6 +49,7 @@ class Lockstep:
         self._cv = threading.Condition()
         self._running = 0  # lanes generating and not parked in run()
         self._joined = 0  # lanes generating
+        self._in_round = False  # passes (or a call) running on the lockstep's thread
         self.gate = BatchGate()
         self.draft_rounds = DraftRounds()
         self._rounds = 0
@@ -106,8 +68,13 @@ class Lockstep:
         return self._models.setdefault(id(model), ModelPasses())
 
     def join(self) -> None:
-        """A lane's generation starts: its passes are waited for from now on."""
+        """A lane's generation starts: its passes are waited for from now on. It joins between
+        rounds: a lane's thread works on its sequence (rolls it back, say) between its passes,
+        which beside a round under way would race llama.cpp's decode over the same cache (a
+        server at 8 requests hung in llama_memory_seq_rm, its cells' lists corrupted)."""
         with self._cv:
+            while self._in_round:
+                self._cv.wait()
             if not self._joined:
                 self._last = self.now()  # idle time is no batch's
             self._running += 1
@@ -153,6 +120,7 @@ class Lockstep:
                 reading = any(
                     p.call or (not p.lane.drafts and len(p.tokens) > 1 and not p.every) for p in pending
                 )
+                self._in_round = True
             try:
                 self._run(pending, 1 if turns else held)
             except Exception as e:  # noqa: BLE001 -- each lane's request fails, and the server goes on
@@ -162,6 +130,7 @@ class Lockstep:
                 for p in pending:
                     p.done = True
                 self._running += len(pending)
+                self._in_round = False
                 # A round of draft passes each lane offered (not a catch-up after verification,
                 # which the step's own Python precedes): what the next such round will cost
                 offered = all(p.lane.drafts and p.ask.offer < math.inf for p in pending)
@@ -227,7 +196,7 @@ class Lockstep:
                 continue
             by_model.setdefault(id(p.lane.base), []).append(p)
         for group in by_model.values():
-            for batch in _batches(group, group[0].lane.base.n_batch):
+            for batch in batches(group, group[0].lane.base.n_batch):
                 self._decode(batch, held)
 
     def _decode(self, passes: list[Pass], held: int) -> None:
@@ -284,16 +253,3 @@ class Lockstep:
             return target
         one = self.profile.draft("draft-model", 1, at) - self.profile.draft("draft-model", 0, at)
         return one * target / self.profile.verify(1, context, at)
-
-
-def _batches(passes: list[Pass], most: int) -> list[list[Pass]]:
-    """Passes packed, in order, into batches of at most `most` tokens."""
-    out: list[list[Pass]] = [[]]
-    size = 0
-    for p in passes:
-        if out[-1] and size + len(p.tokens) > most:
-            out.append([])
-            size = 0
-        out[-1].append(p)
-        size += len(p.tokens)
-    return out

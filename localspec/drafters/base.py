@@ -95,7 +95,8 @@ class Budget(Protocol):
 
     def offer(self, key: DraftKey, path_p: float, n: int) -> float:
         """What drafting an (n+1)-th token is worth, for a model that may decline the pass (a
-        server's lane, whose batch decides): inf, whatever it costs; 0, not at all."""
+        server's lane, whose batch decides): inf, whatever it costs; 0, not at all; between, the
+        tokens the generation expects to gain by it."""
 
 
 @dataclass
