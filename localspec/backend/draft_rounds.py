@@ -23,7 +23,7 @@ class DraftRounds:
     """The batch's tokens a second lately, the seconds a round of draft passes took (from the round
     before it: the lanes' own Python between passes included), and the verdict on the next."""
 
-    tokens: float = 0.0  # decayed sums over the rounds that emitted or drafted
+    tokens: float = 0.0  # decayed sums over the rounds tallied (a request's prompt reads left out)
     seconds: float = 0.0
     draft_s: float | None = None  # a round of draft passes, decayed; None: none timed yet
 

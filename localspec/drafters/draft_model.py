@@ -67,13 +67,7 @@ class DraftModelDrafter:
         if max_tokens < 1:
             return draft
         # A fixed-length greedy draft reads nothing but each row's top token: the device may take it.
-        top_only = (
-            one_hot
-            and not read
-            and grammar is None
-            and params.penalties.off
-            and self.model.n_vocab <= self.view.n_vocab
-        )
+        top_only = one_hot and not read and self._as_given(params, grammar)
         # The cache keeps what earlier steps evaluated: only the tokens accepted since are new.
         passes = self.model.passes
         logits = self.view.sync(context, top_only)
@@ -107,15 +101,10 @@ class DraftModelDrafter:
         coupled = self.coupling if not params.greedy else None
         one_hot = draft.probs is None
         path_p, forced, unseen = 1.0, [], []  # unseen: drafted, not yet evaluated by the draft
+        drawn = not (params.greedy or (one_hot and coupled is None))  # from the draft's distribution
         # Where a row's top token and confidence are all that is read of it, a lane has them
         # computed where its pass ran (backend/draft_ask.py)
-        scored = (
-            draft.confidences is not None
-            and (params.greedy or (one_hot and coupled is None))
-            and grammar is None
-            and params.penalties.off
-            and self.model.n_vocab <= self.view.n_vocab
-        )
+        scored = draft.confidences is not None and not drawn and self._as_given(params, grammar)
         top: tuple[int, float] | None = None  # the current row's, where the model scored it
         for n in range(1, max_tokens + 1):
             if not forced and grammar is not None:
@@ -126,7 +115,7 @@ class DraftModelDrafter:
                 token, confidence = forced.pop(0), 1.0
             else:
                 logits = shaped(logits, context, draft.tokens, params, grammar)
-                q = None if params.greedy or (one_hot and coupled is None) else final_dist(logits, params)
+                q = final_dist(logits, params) if drawn else None
                 if q is not None:
                     confidence = q.top()
                 elif draft.confidences is not None:
@@ -164,6 +153,11 @@ class DraftModelDrafter:
                 row = rows[0]
                 logits = row if isinstance(row, TopTokens) else self.view.fit(row)
                 unseen = []
+
+    def _as_given(self, params: SamplingParams, grammar: Grammar | None) -> bool:
+        """Whether the draft's rows are read as its model gives them: no grammar or penalties to
+        shape them, no wider vocabulary to cut."""
+        return grammar is None and params.penalties.off and self.model.n_vocab <= self.view.n_vocab
 
     def _forced(self) -> ForcedText:
         if self.forced_text is None:

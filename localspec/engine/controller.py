@@ -108,7 +108,7 @@ class AutoController:
         return StepPrices(self.costs, self.estimates)
 
     def plain_rate(self) -> float:
-        return self.prices().plain_rate()
+        return 1.0 / self.costs.verify(1)  # asked every step: no StepPrices made for it
 
     def best_length(self, key: DraftKey, cap: int) -> int:
         return self.prices().best_length(key, cap)
