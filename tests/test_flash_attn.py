@@ -19,7 +19,8 @@ from localspec.drafters.draft_model import DraftModelDrafter
 from localspec.engine.events import drain
 from localspec.engine.speculative import GenerationConfig, SpeculativeEngine
 from localspec.sampling.dist import SamplingParams
-from localspec.session.loader import ModelFiles, load_models
+from localspec.session.model_files import ModelFiles
+from localspec.session.model_loading import load_models
 
 
 def test_each_choice_is_llama_cpps_setting():

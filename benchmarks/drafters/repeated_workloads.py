@@ -39,7 +39,8 @@ from localspec.drafters.suffix_cache import SuffixCache
 from localspec.engine.events import drain
 from localspec.engine.speculative import SpeculativeEngine
 from localspec.session.generation import generation_config
-from localspec.session.loader import ModelFiles, load_models
+from localspec.session.model_files import ModelFiles
+from localspec.session.model_loading import load_models
 from localspec.session.prompt import render_chat, tokenize_rendered
 
 METHODS = ("target", "ngram", "suffix")

@@ -41,6 +41,15 @@ CTX_PAD = 256  # llama.cpp rounds a context up to a multiple of this
 DEFAULT_CTX = 4096  # a context of 0 asks for the model's training context, but at most this
 
 
+def context_tokens(asked: int, train_ctx: int) -> int:
+    """The context a sequence gets for `asked` tokens (0: the model's training context `train_ctx`,
+    at most DEFAULT_CTX). llama.cpp pads the context to a multiple of 256 but caps the batch at the
+    size asked for: asking for the padded size keeps a tiny --ctx from a batch of one token (which
+    aborts llama.cpp outright with several sequences)."""
+    requested = asked if asked > 0 else min(DEFAULT_CTX, train_ctx)
+    return -(-requested // CTX_PAD) * CTX_PAD
+
+
 class Model(Alone, TokenText, TreeSequences):
     """Weights, one context and the exact list of tokens its KV cache holds (`cached`)."""
 
@@ -62,11 +71,7 @@ class Model(Alone, TokenText, TreeSequences):
         self._abort_cb = llama_cpp.ggml_abort_callback(lambda _data: self._cancel.is_set())
         cparams = llama_cpp.llama_context_default_params()
         train_ctx = llama_cpp.llama_model_n_ctx_train(self.model)
-        requested = options.n_ctx if options.n_ctx > 0 else min(DEFAULT_CTX, train_ctx)
-        # llama.cpp pads the context to a multiple of 256 but caps the batch at the size asked for:
-        # asking for the padded size keeps a tiny --ctx from a batch of one token (which aborts
-        # llama.cpp outright with several sequences).
-        cparams.n_ctx = -(-requested // CTX_PAD) * CTX_PAD * options.lanes
+        cparams.n_ctx = context_tokens(options.n_ctx, train_ctx) * options.lanes
         cparams.n_batch = options.n_batch
         cparams.n_ubatch = options.n_batch
         cparams.n_seq_max = options.n_seq_max

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,8 +18,18 @@ class OutOfMemory(LocalspecError):
     """Loading failed with layers offloaded: most likely the GPU ran out of memory."""
 
 
-@functools.cache
+# llama_print_system_info writes a static string: two threads' first calls at once (a draft loading
+# beside its target, backend/side_load.py) corrupted the heap.
+_SYSTEM_INFO = threading.Lock()
+
+
 def _cpu_has_amx() -> bool:
+    with _SYSTEM_INFO:
+        return _amx_listed()
+
+
+@functools.cache
+def _amx_listed() -> bool:
     return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
 
 

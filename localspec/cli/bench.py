@@ -127,7 +127,8 @@ def bench(
     from localspec.engine.clock import SimulatedClock, WallClock
     from localspec.json_file import write_json
     from localspec.session.generation import generation_config
-    from localspec.session.loader import ModelFiles, load_models
+    from localspec.session.model_files import ModelFiles
+    from localspec.session.model_loading import load_models
     from localspec.session.prompt import prompt_tokens
 
     if repeat < 1 or limit < 0:
