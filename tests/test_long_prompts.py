@@ -193,7 +193,10 @@ def test_a_draft_that_cannot_pay_for_reading_leaves_the_answer_to_the_target(
     assert (
         out["tokens"] == alone["tokens"] and out["stats"]["n_drafted"] == 0 and not out["stats"]["drafters"]
     )
-    assert out["stats"]["target_prompt_s"] <= out["stats"]["prompt_s"] and out["stats"]["draft_load_s"] > 0
+    # Loaded all the same (beside the target: what its load added may be nothing).
+    assert out["stats"]["target_prompt_s"] <= out["stats"]["prompt_s"] and out["model_files"]["draft"] == str(
+        tiny.close
+    )
     # At a fixed length the draft reads it all and drafts from the first step, as llama.cpp's does.
     fixed = json.loads(
         localspec(*common, "-n", "4", "-d", str(tiny.close), "--no-lookup", "--draft-mode", "fixed").stdout
