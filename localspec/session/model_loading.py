@@ -12,7 +12,7 @@ from pathlib import Path
 
 from localspec.backend import rpc
 from localspec.backend.devices import local_gpus
-from localspec.backend.drafter_files import DRAFT_MODEL, check_drafter
+from localspec.backend.drafter_files import DRAFT_MODEL, DrafterFile, check_drafter
 from localspec.backend.endpoints import parse_endpoints
 from localspec.backend.gguf_file import GGUFInfo, check_gguf
 from localspec.backend.hardware import default_gpu_layers, physical_cores
@@ -93,18 +93,8 @@ def load_models(
 
 
 def _plan(files: ModelFiles, settings: Settings, verbose: bool, serving: bool) -> _Plan:
-    """Check the files (each readable, the draft fit for the target, the context fits memory) and
-    choose both models' options."""
-    target_info = check_gguf(files.model, "model")
-    draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
-    infos = [info for info in (target_info, draft_info) if info is not None]
-    check_context_fits(settings.ctx, infos)
-    if files.mtp:
-        check_heads(target_info)
-    heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))
-    held = check_drafter(target_info, draft_info) if draft_info is not None else None
-    if draft_info is not None:
-        check_token_texts(target_info, draft_info)
+    """Check the files and choose both models' options."""
+    target_info, draft_info, heads, held = _checked(files, settings)
     cores, gpu = physical_cores(), default_gpu_layers()
     draft_layers = gpu if settings.draft_gpu_layers is None else settings.draft_gpu_layers
     # An EAGLE-3 head, a DFlash drafter or Gemma 4's assistant loads over the target, which hands it
@@ -114,18 +104,10 @@ def _plan(files: ModelFiles, settings: Settings, verbose: bool, serving: bool) -
         if held and held.kind != DRAFT_MODEL and files.draft is not None
         else None
     )
-    servers = parse_endpoints(settings.rpc) if settings.rpc else []
-    # The target's offloaded layers go to the servers and the local GPUs: by default all of them.
-    remote = (*rpc.connect(servers), *local_gpus()) if servers else None
-    split = proportions(settings.tensor_split) if settings.tensor_split else ()
-    if remote is not None and len(split) > len(remote):
-        flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
-        raise LocalspecError(
-            f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', "
-            "then the local GPUs')"
-        )
+    servers, remote, split = _devices(settings)
+    infos = [info for info in (target_info, draft_info) if info is not None]
     # Tree drafting keeps each branch in a sequence of its own, in target and draft (or heads) alike.
-    trees = files.draft is not None or settings.lookup_via == "suffix" or bool(heads)
+    trees = files.draft is not None or settings.lookup_via == "suffix" or heads
     one_only = bool(heads or head) or recurrent(target_info)
     lanes = default_lane_count(settings, infos, one_only) if serving else 1
     n_seq_max = max(settings.draft_branches if trees else 1, lanes)
@@ -144,7 +126,7 @@ def _plan(files: ModelFiles, settings: Settings, verbose: bool, serving: bool) -
         lanes=lanes,
         slots=slots,
         chat_template=settings.chat_template,
-        mtp=bool(heads),
+        mtp=heads,
         head_file=head,
         flash_attn=_flash_attn(settings, target_layers, remote, target_info),
         verbose=verbose,
@@ -164,6 +146,39 @@ def _plan(files: ModelFiles, settings: Settings, verbose: bool, serving: bool) -
     wanted = files.draft is not None and head is None
     beside = wanted and not servers and _on_cpu(target_layers, remote) and _on_cpu(draft_layers, None)
     return _Plan(target, target_info, draft if wanted else None, draft_info, servers, beside)
+
+
+def _checked(
+    files: ModelFiles, settings: Settings
+) -> tuple[GGUFInfo, GGUFInfo | None, bool, DrafterFile | None]:
+    """Each file readable, the context fits memory, heads where asked for, the draft fit for the
+    target: (the target's file, the draft's, whether the target drafts with its own heads, what
+    the draft file is)."""
+    target_info = check_gguf(files.model, "model")
+    draft_info = check_gguf(files.draft, "draft") if files.draft is not None else None
+    check_context_fits(settings.ctx, [info for info in (target_info, draft_info) if info is not None])
+    if files.mtp:
+        check_heads(target_info)
+    heads = files.mtp or (files.mtp is None and files.draft is None and drafts_itself(target_info))
+    held = check_drafter(target_info, draft_info) if draft_info is not None else None
+    if draft_info is not None:
+        check_token_texts(target_info, draft_info)
+    return target_info, draft_info, bool(heads), held
+
+
+def _devices(settings: Settings) -> tuple[list[str], tuple[int, ...] | None, tuple[float, ...]]:
+    """(the --rpc servers, what the target's offloaded layers go to: the servers and the local GPUs,
+    None without servers, in what proportions)."""
+    servers = parse_endpoints(settings.rpc) if settings.rpc else []
+    remote = (*rpc.connect(servers), *local_gpus()) if servers else None
+    split = proportions(settings.tensor_split) if settings.tensor_split else ()
+    if remote is not None and len(split) > len(remote):
+        flag, servers_flag = Settings.about("tensor_split").flag, Settings.about("rpc").flag
+        raise LocalspecError(
+            f"{flag} gives {len(split)} shares for {len(remote)} devices (the {servers_flag} servers', "
+            "then the local GPUs')"
+        )
+    return servers, remote, split
 
 
 def _start_beside(
