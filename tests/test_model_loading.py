@@ -43,7 +43,7 @@ def test_a_side_load_hands_over_its_model_or_raises_its_error():
 
 @pytest.fixture
 def loads(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
-    """The models each load made (by file name) and the side loads started."""
+    """The models the loads made, in order, and the side loads started."""
     seen: dict[str, list] = {"models": [], "sides": []}
     make, side = model_loading._model, model_loading.SideLoad
 
@@ -66,7 +66,7 @@ def test_the_draft_loads_beside_the_target_with_its_context(tiny: TinyModels, lo
     try:
         assert len(loads["sides"]) == 1 and len(loads["models"]) == 2
         assert draft is not None and draft.n_ctx == target.n_ctx
-        assert target.n_ctx == (512 if settings.ctx else target.n_ctx) and waited >= 0.0
+        assert waited >= 0.0 and (target.n_ctx == 512 if settings.ctx else target.n_ctx >= 256)
     finally:
         target.close()
         draft.close()  # type: ignore[union-attr]
