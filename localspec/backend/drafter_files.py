@@ -73,16 +73,6 @@ class DrafterFile:
         return KIND_NAMES[self.kind] + (f" ({self.variant})" if self.variant else "")
 
 
-def _arch(info: GGUFInfo) -> str:
-    arch = info.fields.get("general.architecture")
-    return arch if isinstance(arch, str) else ""
-
-
-def _int(info: GGUFInfo, key: str) -> int | None:
-    value = info.fields.get(f"{_arch(info)}.{key}")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _token_count(info: GGUFInfo) -> int:
     tokens = info.tokens()
     return len(tokens) if tokens is not None else 0
@@ -90,11 +80,11 @@ def _token_count(info: GGUFInfo) -> int:
 
 def drafter_file(info: GGUFInfo) -> DrafterFile:
     """What the draft file `info` holds."""
-    arch = _arch(info)
+    arch = info.arch
     if arch not in (EAGLE3, DFLASH, ASSISTANT):
         return DrafterFile(DRAFT_MODEL)
     if arch == ASSISTANT:
-        return DrafterFile(ASSISTANT, target_hidden=_int(info, "embedding_length_out"))
+        return DrafterFile(ASSISTANT, target_hidden=info.arch_int("embedding_length_out"))
     layers = info.fields.get(f"{arch}.target_layers")
     if not isinstance(layers, list) or not layers or not all(isinstance(i, int) for i in layers):
         raise LocalspecError(f"draft file is inconsistent: {info.path} ({arch} without {arch}.target_layers)")
@@ -104,10 +94,10 @@ def drafter_file(info: GGUFInfo) -> DrafterFile:
                 f"draft file is inconsistent: {info.path} (an EAGLE-3 head reads 3 target layers, "
                 f"its header gives {len(layers)})"
             )
-        return DrafterFile(EAGLE3, tuple(layers), _int(info, "target_hidden_size"))
+        return DrafterFile(EAGLE3, tuple(layers), info.arch_int("target_hidden_size"))
     names = {t.name for t in info.tensors}
     kind = DSPARK if "markov_w1.weight" in names else DFLASH
-    return DrafterFile(kind, tuple(layers), _int(info, "embedding_length"), _dflash_variant(info, names))
+    return DrafterFile(kind, tuple(layers), info.arch_int("embedding_length"), _dflash_variant(info, names))
 
 
 def _dflash_variant(info: GGUFInfo, names: set[str]) -> str:
@@ -116,11 +106,11 @@ def _dflash_variant(info: GGUFInfo, names: set[str]) -> str:
     a Markov head without the block size it needs (llama.cpp asserts)."""
     if "selector_hidden.weight" in names:
         return "DFlash2 (a selector lattice)"
-    if _int(info, "hyper_connection.count"):
+    if info.arch_int("hyper_connection.count"):
         return "DeepSeek-V4 stages"
     if not isinstance(info.fields.get("tokenizer.ggml.mask_token_id"), int):
         return "no mask token"
-    if "markov_w1.weight" in names and _int(info, "block_size") is None:
+    if "markov_w1.weight" in names and info.arch_int("block_size") is None:
         return "no dflash.block_size, which its Markov head needs"
     return ""
 
@@ -132,7 +122,11 @@ def check_drafter(target: GGUFInfo, draft: GGUFInfo) -> DrafterFile:
     if held.kind == DRAFT_MODEL:
         return held
     what = f"{draft.path.name} is {KIND_NAMES[held.kind]}"
-    arch, hidden, layers = _arch(target), _int(target, "embedding_length"), _int(target, "block_count") or 0
+    arch, hidden, layers = (
+        target.arch,
+        target.arch_int("embedding_length"),
+        target.arch_int("block_count") or 0,
+    )
     if held.kind == ASSISTANT and arch != "gemma4":
         raise LocalspecError(f"{what}, made for a Gemma 4 target; {target.path.name} is {arch or 'unknown'}")
     if held.target_hidden is not None and held.target_hidden != hidden:
@@ -168,7 +162,7 @@ def _assistant_mismatch(target: GGUFInfo, draft: GGUFInfo) -> str:
     last sliding-window layer and last full layer, llama.cpp asserts on any other shape): what
     differs, or nothing."""
     for key in ("attention.head_count_kv", "attention.key_length", "attention.key_length_swa"):
-        ours, theirs = _int(draft, key), _int(target, key)
+        ours, theirs = draft.arch_int(key), target.arch_int(key)
         if ours is not None and theirs is not None and ours != theirs:  # per-layer lists: not told here
             return f"{key} {ours}, {target.path.name} has {theirs}"
     pattern = target.fields.get("gemma4.attention.sliding_window_pattern")

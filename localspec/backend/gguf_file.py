@@ -68,6 +68,17 @@ class GGUFInfo:
         tokens = self.fields.get("tokenizer.ggml.tokens")
         return tokens if isinstance(tokens, StringArray) else None
 
+    @property
+    def arch(self) -> str:
+        """general.architecture ("" where the file does not say)."""
+        arch = self.fields.get("general.architecture")
+        return arch if isinstance(arch, str) else ""
+
+    def arch_int(self, key: str) -> int | None:
+        """The architecture's integer `key` (`{arch}.{key}`); None where absent or not an integer."""
+        value = self.fields.get(f"{self.arch}.{key}")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
 
 def check_exists(path: Path, role: str = "model") -> None:
     """Raise LocalspecError unless `path` is a file (before any file is parsed, so that a mistyped

@@ -144,7 +144,12 @@ def _plan(files: ModelFiles, settings: Settings, verbose: bool, serving: bool) -
         verbose=verbose,
     )
     wanted = files.draft is not None and head is None
-    beside = wanted and not servers and _on_cpu(target_layers, remote) and _on_cpu(draft_layers, None)
+    beside = (
+        wanted
+        and not servers
+        and not _offloaded(target_layers, remote)
+        and not _offloaded(draft_layers, None)
+    )
     return _Plan(target, target_info, draft if wanted else None, draft_info, servers, beside)
 
 
@@ -188,11 +193,10 @@ def _start_beside(
     target will get is known from its file."""
     if not plan.beside or plan.draft is None or files.draft is None:
         return None
-    arch = plan.target_info.fields.get("general.architecture")
-    train = plan.target_info.fields.get(f"{arch}.context_length")
-    if settings.ctx <= 0 and not isinstance(train, int):
+    train = plan.target_info.arch_int("context_length")
+    if settings.ctx <= 0 and train is None:
         return None
-    options = replace(plan.draft, n_ctx=context_tokens(settings.ctx, train if isinstance(train, int) else 0))
+    options = replace(plan.draft, n_ctx=context_tokens(settings.ctx, train or 0))
     path, flag = files.draft, Settings.about("draft_gpu_layers").flag
     return SideLoad(lambda: _model(path, options, cancel, flag))
 
@@ -212,8 +216,9 @@ def _draft(
     return draft, time.perf_counter() - loaded_at
 
 
-def _on_cpu(layers: int, devices: tuple[int, ...] | None) -> bool:
-    return layers == 0 or not (devices or local_gpus())
+def _offloaded(layers: int, devices: tuple[int, ...] | None) -> bool:
+    """Whether `layers` go to `devices` (None: this machine's GPUs) rather than staying on the CPU."""
+    return layers != 0 and bool(devices or local_gpus())
 
 
 def _model(path: Path, options: ModelOptions, cancel: threading.Event, gpu_flag: str) -> Model:
@@ -228,6 +233,5 @@ def _flash_attn(
 ) -> str:
     """--flash-attn for the target (`target`: its file) or the draft, offloading `layers` to
     `devices` (None: this machine's GPUs)."""
-    offloaded = layers != 0 and bool(devices or local_gpus())
     file_type = target.fields.get("general.file_type") if target else None
-    return flash_attn_for(settings.flash_attn, offloaded, target is None, file_type)
+    return flash_attn_for(settings.flash_attn, _offloaded(layers, devices), target is None, file_type)
