@@ -225,6 +225,37 @@ def test_catching_up_is_timed_apart_from_drafting(tiny: TinyModels):
         assert view.caught_up_s > 0.0
 
 
+def test_a_draft_accepted_whole_leaves_no_catch_up(tiny: TinyModels):
+    """The draft's cache holds the tokens its passes evaluated while drafting: after a draft the
+    target accepted whole, only its last token and the target's own are new (counted from the
+    view instead, every such step was a catch-up, its cost left out of what drafting costs)."""
+    with Model(tiny.close, model_options()) as m:
+        view = DraftView(m)
+        prompt = list(range(10, 20))
+        view.begin(prompt)
+        view.sync(prompt)
+        m.prefill(prompt + [100, 101])  # drafting 100, 101, 102 evaluated the first two
+        context = prompt + [100, 101, 102, 103]  # all three accepted, then the target's own
+        assert view.behind(context) == 2 and view.catch_up(context) is None
+        view.sync(context)
+        assert view.caught_up_s == 0.0 and m.cached == context
+
+
+def test_a_catch_up_is_priced_at_the_rate_the_last_one_read(tiny: TinyModels):
+    """What a drafter that sat out must read first is priced (a probe weighs it) once a catch-up
+    has been timed, even where the prompt was too short to time a reading."""
+    with Model(tiny.close, model_options()) as m:
+        view = DraftView(m)
+        prompt = list(range(10, 20))
+        view.begin(prompt)
+        view.sync(prompt)  # a short prompt's reading: untimed
+        assert view.catch_up(prompt + list(range(100, 110))) is None
+        view.sync(prompt + list(range(100, 110)))
+        rate = view.synced_s / 10
+        later = view.catch_up(prompt + list(range(100, 116)))
+        assert later is not None and later.tokens == 6 and later.token_s == pytest.approx(rate)
+
+
 def test_a_slow_first_pass_that_paged_in_the_weights_does_not_set_the_figure():
     costs = LiveCosts()
     costs.observe_verify(1, 0.5)  # the process's first pass reads the weights from disk

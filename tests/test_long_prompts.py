@@ -125,12 +125,39 @@ def test_what_earlier_drafts_achieved_overrules_the_prior():
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 0
 
 
-def test_a_short_catch_up_is_cheap_and_a_benched_drafters_probe_is_never_held_back():
-    ctl = controller()
-    assert drafts(ctl, CatchUp(3, CHEAP), remaining=5) == 8
+def test_a_short_catch_up_is_cheap():
+    assert drafts(controller(), CatchUp(3, CHEAP), remaining=5) == 8
+
+
+def benched(ctl: AutoController) -> AutoController:
+    """`ctl` with the draft model benched after a trial that accepted nearly everything, its probe
+    due."""
+    for _ in range(6):
+        ctl.update(MODEL, 8, 8, [(0.9, True)] * 8)
     ctl.gate("draft-model").trial, ctl.gate("draft-model").benched = 0, True
-    ctl.gate("draft-model").idle_steps = 10**6  # its probe is due
-    assert drafts(ctl, CatchUp(1000, DEAR), remaining=1) > 0
+    ctl.gate("draft-model").idle_steps = 10**6
+    return ctl
+
+
+def test_a_benched_drafters_probe_waits_where_reading_what_it_missed_cannot_pay():
+    """A probe first reads what was generated while the drafter sat out: a draft nearly as dear as
+    its target (read at a third of a one-token pass a token on the testbed) paid a third of the
+    time it sat out at every probe, however far apart. Where drafting cannot save that reading
+    back over the answer, the probe waits twice as long; a cheap reading probes at once."""
+    ctl = benched(controller())
+    ctl.costs.observe_draft("draft-model", 2, 1.6, first=0.8)  # each pass 0.8 of the target's
+    interval = ctl.gate("draft-model").probe_interval
+    assert drafts(ctl, CatchUp(40, DEAR), remaining=128) == 0
+    assert ctl.gate("draft-model").probe_interval == 2 * interval and not ctl.gate("draft-model").probing
+    assert drafts(ctl, CatchUp(40, DEAR), remaining=128) == 0 and not ctl.notes  # not due yet, no note
+    # A cheap draft: a reading dearer than a target pass is paid back over a long answer, not a short one.
+    cheap = benched(controller())
+    cheap.costs.observe_draft("draft-model", 2, 0.2, first=0.1)
+    assert drafts(cheap, CatchUp(40, PROMPT_TOKEN_S), remaining=2) == 0
+    cheap.gate("draft-model").idle_steps = 10**6
+    assert drafts(cheap, CatchUp(40, PROMPT_TOKEN_S), remaining=512) > 0 and cheap.gate("draft-model").probing
+    # One that reads less than a target pass costs probes whatever the answer
+    assert drafts(benched(controller()), CatchUp(16, CHEAP), remaining=1) > 0
 
 
 def test_the_answer_expected_is_the_cap_without_history_else_about_what_answers_ran():

@@ -70,6 +70,7 @@ class DraftView:
         self.synced_s = 0.0  # the last sync's seconds
         self.caught_up_s = 0.0  # the same, when it evaluated what the draft sat out
         self.token_s = 0.0  # seconds per token of its longest recent read (0: none timed yet)
+        self.catch_up_token_s = 0.0  # the same of its latest catch-up (0: none timed yet)
 
     def knows(self, token: int) -> bool:
         """Whether the draft has this id. After a token it lacks, its guesses would continue the
@@ -108,14 +109,22 @@ class DraftView:
         """Tokens the next sync to `context` evaluates."""
         if len(context) < self.seen:
             return len(context)
-        return len(self.tokens) - common_prefix(self.model.cached, self.tokens) + len(context) - self.seen
+        # Against the cache, not the view: the cache holds the tokens the draft drafted last step,
+        # and those it took the target accepted are not evaluated again (a 3-token draft accepted
+        # whole leaves 2 to evaluate, not 4: counted as 4, every such step was a catch-up, its
+        # cost left out of what drafting costs).
+        tokens = [*self.tokens, *self._known(context[self.seen :])]
+        return len(tokens) - common_prefix(self.model.cached, tokens)
 
     def catch_up(self, context: Sequence[int]) -> CatchUp | None:
         """What drafting after `context` must read first, beyond a step's usual one or two tokens
         (None: nothing more, a short prompt's reading, or no read timed yet to price it by)."""
         behind = self.behind(context)
-        priced = behind > STEADY_TOKENS and self.token_s and not self.short
-        return CatchUp(behind, self.token_s) if priced else None
+        # A few tokens' pass costs about one's on a GPU: a short catch-up is priced as the last was
+        near, far = self.catch_up_token_s, self.token_s
+        rate = (far or near) if behind >= TIMED_TOKENS else (near or far)
+        priced = behind > STEADY_TOKENS and rate and not self.short
+        return CatchUp(behind, rate) if priced else None
 
     def sync(self, context: Sequence[int], top_only: bool = False) -> np.ndarray:
         """Bring the draft up to `context` (a continuation of what it saw); the logits after it,
@@ -130,8 +139,10 @@ class DraftView:
         self.synced_s = time.perf_counter() - t0
         self.caught_up_s = self.synced_s if behind > STEADY_TOKENS else 0.0
         # (A short read's rate per token is no long one's: a few tokens' pass costs about one's)
-        if behind >= TIMED_TOKENS and not self.short:
-            self.token_s = self.synced_s / behind
+        if behind > STEADY_TOKENS and not self.short:  # (a short prompt's read pages in the weights)
+            self.catch_up_token_s = self.synced_s / behind
+            if behind >= TIMED_TOKENS:
+                self.token_s = self.catch_up_token_s
         self.short = False
         return logits
 

@@ -20,7 +20,11 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   the target alone (for prompt lookup, two in a row) starts a new trial, and one benched again
   before its steps came out ahead waits twice as long for its next probe (a draft model nearly as
   dear as its target, on the light testbed pair, won a probe on a lucky run eight steps after each
-  pause and lost the steps that followed). Prompt lookup is one
+  pause and lost the steps that followed). A draft model's probe first reads what was generated
+  while it sat out: where that costs more than a target pass and drafting could not pay it back
+  over the answer (engine/reading.py), the probe waits, twice as long again (that draft read at a
+  third of its target's one-token pass a token: full catch-ups cost a third of the time it sat
+  out, however far apart). Prompt lookup is one
   drafter here: its match lengths learn acceptance apart but share the trial and the verdict; a
   length that does not pay sits out and is rechecked at growing intervals.
 - Every REFRESH_STEPS drafted steps in a row, one plain step re-times the target alone.
@@ -143,10 +147,15 @@ class AutoController:
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
         if catch_up is not None and not st.benched:
-            est = self.estimates(key.estimates)
-            alphas = est.alphas(cap) if est.reached else None
             reads = self.reading.pays(
-                self.costs, key.drafter, alphas, cap, catch_up, self.remaining, self._steps, self.notes
+                self.costs,
+                key.drafter,
+                self._alphas(key, cap),
+                cap,
+                catch_up,
+                self.remaining,
+                self._steps,
+                self.notes,
             )
             if not reads:
                 return 0, 0
@@ -156,7 +165,13 @@ class AutoController:
             st.idle_steps += 1
             if st.idle_steps < st.probe_interval:
                 return 0, 0
-            st.idle_steps, st.probing = 0, True
+            st.idle_steps = 0
+            if catch_up is not None and not self.reading.probe_pays(
+                self.costs, key.drafter, self._alphas(key, cap), cap, catch_up, self.remaining
+            ):
+                st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
+                return 0, 0
+            st.probing = True
             k, floor = (cap if calibrated else max(self.best_length(key, cap), PROBE_LENGTH)), PROBE_LENGTH
         else:
             best = self.best_length(key, cap)
@@ -178,6 +193,11 @@ class AutoController:
             else:
                 self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
+
+    def _alphas(self, key: DraftKey, cap: int) -> list[float] | None:
+        """`key`'s acceptance per position, where it has drafted enough to say (else None)."""
+        est = self.estimates(key.estimates)
+        return est.alphas(cap) if est.reached else None
 
     def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool:
         """Whether a found draft of `length` tokens by `found` promises at least the tokens per

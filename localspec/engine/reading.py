@@ -92,15 +92,7 @@ class Reading:
             self.undecided.add(drafter)
             return False
         self.undecided.discard(drafter)
-        if alphas is None:
-            alphas = [READ_PRIOR_ALPHA] * cap
-        per_token = min(
-            (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
-            for k in range(1, cap + 1)
-        )
-        tokens, seconds = self.without(drafter)
-        now = min(costs.verify(1), seconds / tokens) if tokens > 0 else costs.verify(1)
-        saved = remaining * (now - per_token)
+        saved = self._saving(costs, drafter, alphas, cap, catch_up, remaining)
         if saved > READ_MARGIN * reading:
             self.waiting.discard(drafter)
             return True
@@ -112,3 +104,42 @@ class Reading:
                 f"over the ~{remaining:.0f} tokens expected"
             )
         return False
+
+    def probe_pays(
+        self,
+        costs: LiveCosts,
+        drafter: str,
+        alphas: Sequence[float] | None,
+        cap: int,
+        catch_up: CatchUp,
+        remaining: float,
+    ) -> bool:
+        """Whether a benched drafter's probe, which must first read what was generated while it sat
+        out, could pay that reading back READ_MARGIN times over the `remaining` tokens (or reads no
+        more than a target pass costs). A draft nearly as dear as its target reads at a third of
+        a one-token pass a token on the testbed's CPU: probes that read all they missed cost a
+        third of the time they sat out, however far apart they are."""
+        reading = costs.read(catch_up)
+        if reading <= costs.verify(1):
+            return True
+        return self._saving(costs, drafter, alphas, cap, catch_up, remaining) > READ_MARGIN * reading
+
+    def _saving(
+        self,
+        costs: LiveCosts,
+        drafter: str,
+        alphas: Sequence[float] | None,
+        cap: int,
+        catch_up: CatchUp,
+        remaining: float,
+    ) -> float:
+        """Seconds drafting can save over the `remaining` tokens (`pays` explains how)."""
+        if alphas is None:
+            alphas = [READ_PRIOR_ALPHA] * cap
+        per_token = min(
+            (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
+            for k in range(1, cap + 1)
+        )
+        tokens, seconds = self.without(drafter)
+        now = min(costs.verify(1), seconds / tokens) if tokens > 0 else costs.verify(1)
+        return remaining * (now - per_token)
