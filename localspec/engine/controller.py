@@ -52,7 +52,7 @@ from localspec.engine.budgets import AutoBudget
 from localspec.engine.costs import LiveCosts
 from localspec.engine.estimates import DECAY, MIN_EVIDENCE, Realized, SourceEstimates, expected_tokens
 from localspec.engine.pricing import StepPrices
-from localspec.engine.reading import Reading
+from localspec.engine.reading import Reading, ToRead
 
 TRIAL_STEPS = 2  # steps a new drafter (or one whose probe won) drafts whatever the estimates say
 TRIAL_LENGTH = 3  # tokens each of them drafts at least
@@ -147,17 +147,7 @@ class AutoController:
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
         if catch_up is not None and not st.benched:
-            reads = self.reading.pays(
-                self.costs,
-                key.drafter,
-                self._alphas(key, cap),
-                cap,
-                catch_up,
-                self.remaining,
-                self._steps,
-                self.notes,
-            )
-            if not reads:
+            if not self.reading.pays(self._to_read(key, cap, catch_up), self._steps, self.notes):
                 return 0, 0
         if st.trial > 0:
             k, floor = (cap if calibrated else max(self.best_length(key, cap), TRIAL_LENGTH)), TRIAL_LENGTH
@@ -166,9 +156,7 @@ class AutoController:
             if st.idle_steps < st.probe_interval:
                 return 0, 0
             st.idle_steps = 0
-            if catch_up is not None and not self.reading.probe_pays(
-                self.costs, key.drafter, self._alphas(key, cap), cap, catch_up, self.remaining
-            ):
+            if catch_up is not None and not self.reading.probe_pays(self._to_read(key, cap, catch_up)):
                 st.probe_interval = min(st.probe_interval * 2, MAX_PROBE_INTERVAL)
                 return 0, 0
             st.probing = True
@@ -194,10 +182,12 @@ class AutoController:
                 self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
 
-    def _alphas(self, key: DraftKey, cap: int) -> list[float] | None:
-        """`key`'s acceptance per position, where it has drafted enough to say (else None)."""
+    def _to_read(self, key: DraftKey, cap: int, catch_up: CatchUp) -> ToRead:
+        """What `key` must read before drafting, with its acceptance so far (where it has drafted
+        enough to say) and the answer still expected."""
         est = self.estimates(key.estimates)
-        return est.alphas(cap) if est.reached else None
+        alphas = est.alphas(cap) if est.reached else None
+        return ToRead(self.costs, key.drafter, alphas, cap, catch_up, self.remaining)
 
     def prefers(self, found: DraftKey, length: int, other: DraftKey, cap: int) -> bool:
         """Whether a found draft of `length` tokens by `found` promises at least the tokens per

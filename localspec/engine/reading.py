@@ -2,7 +2,8 @@
 should: only once what drafting can save over the rest of the answer (the tokens still expected, at
 the best rate its estimates promise, against the rate this generation reached without it) is
 READ_MARGIN times what the reading costs. Until then it waits, and the target (or a drafter with
-nothing to read) goes on alone."""
+nothing to read) goes on alone. A paused drafter's probe, which must first read what was generated
+while it sat out, is weighed the same way (`probe_pays`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,22 @@ READ_MARGIN = 1.5
 # at this context length yet, the decision waits this many steps for one (prompt lookup times them
 # while the draft waits), then rests on the shape measured nearest.
 READ_UNDECIDED_STEPS = 12
+
+
+@dataclass(frozen=True)
+class ToRead:
+    """What a drafter must read before it drafts, and what that reading is weighed against."""
+
+    costs: LiveCosts
+    drafter: str
+    alphas: Sequence[float] | None  # its acceptance per position, as estimated (None: it has not drafted)
+    cap: int  # the most tokens a step may draft
+    catch_up: CatchUp
+    remaining: float  # tokens the answer is still expected to run
+
+    @property
+    def cost(self) -> float:
+        return self.costs.read(self.catch_up)
 
 
 @dataclass
@@ -66,80 +83,50 @@ class Reading:
         """Whether `drafter` waits to read, decided or not."""
         return drafter in self.waiting or drafter in self.undecided
 
-    def pays(
-        self,
-        costs: LiveCosts,
-        drafter: str,
-        alphas: Sequence[float] | None,
-        cap: int,
-        catch_up: CatchUp,
-        remaining: float,
-        steps: int,
-        notes: list[str],
-    ) -> bool:
-        """Whether what `drafter` can save over the `remaining` tokens expected is READ_MARGIN times
-        what reading `catch_up` costs first (a reading no dearer than a target pass is left to the
-        gate). Saved per token: what a token costs now (a one-token pass, or less where this
-        generation's steps without it reached more tokens a second: prompt lookup drafting a
-        copy) less the best cost per token its drafts promise at acceptances `alphas` (None: it
-        has not drafted; READ_PRIOR_ALPHA), once a wide pass has been timed at this context
-        length (or READ_UNDECIDED_STEPS `steps` went by without one). A drafter that waits says
-        why in `notes`, once a generation."""
-        reading = costs.read(catch_up)
+    def pays(self, ask: ToRead, steps: int, notes: list[str]) -> bool:
+        """Whether what `ask.drafter` can save over the `ask.remaining` tokens expected is
+        READ_MARGIN times what reading `ask.catch_up` costs first (a reading no dearer than a target
+        pass is left to the gate). Saved per token: what a token costs now (a one-token pass, or
+        less where this generation's steps without it reached more tokens a second: prompt lookup
+        drafting a copy) less the best cost per token its drafts promise at acceptances
+        `ask.alphas` (None: it has not drafted; READ_PRIOR_ALPHA), once a wide pass has been timed
+        at this context length (or READ_UNDECIDED_STEPS `steps` went by without one). A drafter
+        that waits says why in `notes`, once a generation."""
+        costs, drafter, reading = ask.costs, ask.drafter, ask.cost
         if reading <= costs.verify(1):
             return True
         if not costs.wide_timed and steps <= READ_UNDECIDED_STEPS:
             self.undecided.add(drafter)
             return False
         self.undecided.discard(drafter)
-        saved = self._saving(costs, drafter, alphas, cap, catch_up, remaining)
+        saved = self._saving(ask)
         if saved > READ_MARGIN * reading:
             self.waiting.discard(drafter)
             return True
         if drafter not in self.waiting:
             self.waiting.add(drafter)
             notes.append(
-                f"{drafter} waited: reading {catch_up.tokens} tokens first (~{reading:.1f}s) would not pay "
-                f"{READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s "
-                f"over the ~{remaining:.0f} tokens expected"
+                f"{drafter} waited: reading {ask.catch_up.tokens} tokens first (~{reading:.1f}s) would not "
+                f"pay {READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s "
+                f"over the ~{ask.remaining:.0f} tokens expected"
             )
         return False
 
-    def probe_pays(
-        self,
-        costs: LiveCosts,
-        drafter: str,
-        alphas: Sequence[float] | None,
-        cap: int,
-        catch_up: CatchUp,
-        remaining: float,
-    ) -> bool:
+    def probe_pays(self, ask: ToRead) -> bool:
         """Whether a benched drafter's probe, which must first read what was generated while it sat
-        out, could pay that reading back READ_MARGIN times over the `remaining` tokens (or reads no
-        more than a target pass costs). A draft nearly as dear as its target reads at a third of
-        a one-token pass a token on the testbed's CPU: probes that read all they missed cost a
-        third of the time they sat out, however far apart they are."""
-        reading = costs.read(catch_up)
-        if reading <= costs.verify(1):
-            return True
-        return self._saving(costs, drafter, alphas, cap, catch_up, remaining) > READ_MARGIN * reading
+        out, could pay that reading back READ_MARGIN times over the answer (or reads no more than
+        a target pass costs). A draft nearly as dear as its target reads at a third of a one-token
+        pass a token on the testbed's CPU: probes that read all they missed cost a third of the
+        time they sat out, however far apart they are."""
+        return ask.cost <= ask.costs.verify(1) or self._saving(ask) > READ_MARGIN * ask.cost
 
-    def _saving(
-        self,
-        costs: LiveCosts,
-        drafter: str,
-        alphas: Sequence[float] | None,
-        cap: int,
-        catch_up: CatchUp,
-        remaining: float,
-    ) -> float:
-        """Seconds drafting can save over the `remaining` tokens (`pays` explains how)."""
-        if alphas is None:
-            alphas = [READ_PRIOR_ALPHA] * cap
+    def _saving(self, ask: ToRead) -> float:
+        """Seconds drafting can save over the answer (`pays` explains how)."""
+        costs, alphas = ask.costs, ask.alphas or [READ_PRIOR_ALPHA] * ask.cap
         per_token = min(
-            (costs.draft(drafter, k, catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
-            for k in range(1, cap + 1)
+            (costs.draft(ask.drafter, k, ask.catch_up) + costs.verify(k + 1)) / expected_tokens(alphas, k)
+            for k in range(1, ask.cap + 1)
         )
-        tokens, seconds = self.without(drafter)
+        tokens, seconds = self.without(ask.drafter)
         now = min(costs.verify(1), seconds / tokens) if tokens > 0 else costs.verify(1)
-        return remaining * (now - per_token)
+        return ask.remaining * (now - per_token)
