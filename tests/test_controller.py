@@ -302,6 +302,23 @@ def test_sure_drafts_run_long_and_unsure_ones_stop():
     assert plan(gpu, 16).keep(MODEL, 0.05, 3)
 
 
+def test_dear_passes_up_to_a_depth_do_not_price_the_cheap_ones_after_it():
+    """Passes timed apart by depth (a chain of MTP heads: dear to the last head, cheap after it):
+    a token past the dear ones is worth its cheap pass where one price for every later pass (the
+    same calls' mean) says stop."""
+    ctls = [settled(drafts={}), settled(drafts={})]
+    later = [1.0, 1.0, 0.05, 0.05, 0.05]
+    for _ in range(4):
+        ctls[0].costs.observe_draft("draft-model", 6, 0.1 + sum(later), first=0.1, later=later)
+        ctls[1].costs.observe_draft("draft-model", 6, 0.1 + sum(later), first=0.1)
+    for ctl in ctls:
+        for _ in range(30):
+            ctl.update(MODEL, 8, 8)
+    by_depth, uniform = (plan(ctl, 16) for ctl in ctls)
+    assert by_depth.extend(MODEL, 0.55, 4) and not uniform.extend(MODEL, 0.55, 4)
+    assert not by_depth.extend(MODEL, 0.05, 4)  # a long shot is still not worth a cheap pass
+
+
 def test_lookup_match_lengths_share_one_trial_and_one_verdict():
     ctl = AutoController(live_costs(CPU_LIKE, {"ngram": 0.0}))
     for seconds in (1.0, 1.0):

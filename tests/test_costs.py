@@ -137,6 +137,25 @@ def test_a_draft_call_is_priced_as_its_first_pass_and_each_later_one():
     assert costs.draft("ngram", 4) == pytest.approx(0.0001)  # prompt lookup runs no pass
 
 
+def test_a_later_pass_is_priced_at_its_depth_where_the_drafter_timed_it_apart():
+    """A chain of MTP heads re-reads the verified tokens at each head up to the last: its second and
+    third passes cost more than deeper ones. Priced at one figure for every later pass, the dear
+    ones set the price of all (and drafts stopped at two tokens)."""
+    costs, uniform = LiveCosts(), LiveCosts()
+    for _ in range(3):
+        later = [0.004, 0.004, 0.003, 0.003, 0.003]
+        costs.observe_draft("mtp", 6, 0.003 + sum(later), first=0.003, later=later)
+        uniform.observe_draft("mtp", 6, 0.003 + sum(later), first=0.003)
+    assert costs.draft("mtp", 1) == pytest.approx(0.003)
+    assert costs.draft("mtp", 3) - costs.draft("mtp", 1) == pytest.approx(0.008)
+    assert costs.draft("mtp", 6) - costs.draft("mtp", 3) == pytest.approx(0.009)
+    assert costs.draft("mtp", 9) - costs.draft("mtp", 6) == pytest.approx(
+        0.009
+    )  # past the deepest: its figure
+    assert uniform.draft("mtp", 3) - uniform.draft("mtp", 1) == pytest.approx(2 * 0.017 / 5)
+    assert costs.draft("mtp", 6) == pytest.approx(uniform.draft("mtp", 6))  # the same call, split apart
+
+
 def test_wall_clock_charges_what_was_measured_and_records_it():
     clock = WallClock({"format": FORMAT})
     assert clock.verify(3, 10, 0.02) == 0.02 and clock.draft("draft-model", 2, 0.01) == 0.01

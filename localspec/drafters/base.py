@@ -121,6 +121,10 @@ class Draft:
     # after a full acceptance): a two-token pass costs more than the one-token passes after it
     # (1.65x on the demo pair's CPU), so the two are priced apart.
     first_pass_s: float = 0.0
+    # Seconds of each later pass, in order, where the drafter timed them apart: a chain of MTP
+    # heads re-reads the verified tokens at each head up to the last, so its second and third
+    # passes cost more than the deeper ones (4.1-5.0 ms against 3.2-3.6 on the testbed).
+    pass_s: list[float] = field(default_factory=list)
     # What the proposal was found in, for a drafter that looks in several places (suffix
     # drafting: "datastore" when a datastore gave it); counted apart in the stats' origins.
     origin: str = ""

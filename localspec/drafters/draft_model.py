@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -106,6 +107,7 @@ class DraftModelDrafter:
         # computed where its pass ran (backend/draft_ask.py)
         scored = draft.confidences is not None and not drawn and self._as_given(params, grammar)
         top: tuple[int, float] | None = None  # the current row's, where the model scored it
+        mark = time.perf_counter()  # each later pass is timed from the one before (its Python too)
         for n in range(1, max_tokens + 1):
             if not forced and grammar is not None:
                 forced = self._forced().tokens(grammar)
@@ -149,6 +151,9 @@ class DraftModelDrafter:
                 )
                 if rows is None:  # declined: the other requests beside it stopped drafting (lanes)
                     break
+                now = time.perf_counter()
+                draft.pass_s.append(now - mark)
+                mark = now
                 top = rows.top if isinstance(rows, ScoredRows) else None
                 row = rows[0]
                 logits = row if isinstance(row, TopTokens) else self.view.fit(row)

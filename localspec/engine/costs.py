@@ -11,10 +11,12 @@ long context makes every pass dearer and, on a CPU, wide passes dearer still (on
 3-token pass costs 1.3x a 1-token one at the start of a text and 1.9x after 3k tokens), so figures
 learned on short texts must not decide for long ones (engine/pass_shape.py holds one span's). A
 drafter's call is modelled as its first draft-model pass (with the call's own overhead) plus a part
-per further pass."""
+per further pass, each at its depth's own figure where the drafter times its passes apart (a chain
+of MTP heads: dear up to the last head, cheap after it)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from localspec.drafters.base import CatchUp
@@ -45,13 +47,17 @@ class _DraftFit:
     passes: float = 0.0
     pass_s: float = 0.0
     runs_passes: bool = False  # prompt lookup runs none: its calls cost the same at any length
+    # Depth (2: a call's second pass) -> [weight, seconds], where its passes were timed apart: a
+    # chain of MTP heads re-reads the verified tokens at each head up to the last, so its passes
+    # cost more to that depth than after it, and drafts priced at the dear ones stopped short.
+    depths: dict[int, list[float]] = field(default_factory=dict)
 
-    def add(self, passes: int, seconds: float, first: float | None) -> None:
+    def add(self, passes: int, seconds: float, first: float | None, later: Sequence[float] = ()) -> None:
         """A call of `passes` passes took `seconds`, its first pass `first` (None: every pass
-        counted is a later one)."""
+        counted is a later one), its later ones `later` where they were timed apart."""
         self.runs_passes = self.runs_passes or passes > 0
         if first is None and passes:
-            self._later(passes, seconds)
+            self._later(passes, seconds, later)
             return
         head = min(first, seconds) if first is not None and passes > 1 else seconds
         ref = self.call_s / self.calls if self.calls > 0 else head
@@ -60,13 +66,20 @@ class _DraftFit:
             self.call_s * DRAFT_DECAY + clip(head, max(ref, 1e-7)),
         )
         if passes > 1:
-            self._later(passes - 1, seconds - head)
+            self._later(passes - 1, seconds - head, later)
 
-    def _later(self, passes: int, seconds: float) -> None:
+    def _later(self, passes: int, seconds: float, timed: Sequence[float]) -> None:
         each = seconds / passes
         ref = self.pass_s / self.passes if self.passes > 0 else each
         self.passes = self.passes * DRAFT_DECAY + passes
         self.pass_s = self.pass_s * DRAFT_DECAY + passes * clip(each, max(ref, 1e-7))
+        if len(timed) != passes or sum(timed) <= 0:
+            return
+        scale = seconds / sum(timed)  # as charged (a simulated clock charges other than the wall)
+        for depth, t in enumerate(timed, start=2):
+            w, s = self.depths.setdefault(depth, [0.0, 0.0])
+            x = t * scale if w == 0 else clip(t * scale, max(s / w, 1e-7))
+            self.depths[depth] = [w * DRAFT_DECAY + 1, s * DRAFT_DECAY + x]
 
     def coefficients(self) -> tuple[float, float]:
         """(seconds of a call with one pass, seconds of each further pass)."""
@@ -75,8 +88,19 @@ class _DraftFit:
         return call, per_pass if self.passes > 0 or not self.runs_passes else call
 
     def predict(self, passes: int) -> float:
+        """A call's first pass, then each later one at its depth's figure where that depth was
+        timed apart (past the deepest timed, the deepest's), else at the mean of all."""
         call, per_pass = self.coefficients()
-        return call + per_pass * max(passes - 1, 0)
+        if not self.depths:
+            return call + per_pass * max(passes - 1, 0)
+        deepest = max(self.depths)
+        w, s = self.depths[deepest]
+        later = sum(self._at(d) for d in range(2, min(passes, deepest) + 1))
+        return call + later + s / w * max(passes - deepest, 0)
+
+    def _at(self, depth: int) -> float:
+        w, s = self.depths.get(depth) or (self.passes, self.pass_s)
+        return s / w if w > 0 else 0.0
 
     @property
     def w(self) -> float:
@@ -130,13 +154,20 @@ class LiveCosts:
             self.prompt_token_s, self.prompt_scale = charged / tokens, charged / measured
 
     def observe_draft(
-        self, source: str, passes: int, seconds: float, first: float | None = None, flat: bool = False
+        self,
+        source: str,
+        passes: int,
+        seconds: float,
+        first: float | None = None,
+        flat: bool = False,
+        later: Sequence[float] = (),
     ) -> None:
         """A call to drafter `source` ran `passes` draft-model passes in `seconds`, the first of
-        them in `first` (None: all alike); `flat`: one pass drafted every token (a block drafter),
-        so the call is priced as one at any length, as prompt lookup's are."""
+        them in `first` (None: all alike), the later ones in `later` where timed apart; `flat`:
+        one pass drafted every token (a block drafter), so the call is priced as one at any
+        length, as prompt lookup's are."""
         fit = self.drafts.setdefault(source, _DraftFit())
-        fit.add(0 if flat else passes, max(seconds, 0.0), None if flat else first)
+        fit.add(0 if flat else passes, max(seconds, 0.0), None if flat else first, () if flat else later)
 
     # --- predictions -----------------------------------------------------------------------
     @property

@@ -67,27 +67,23 @@ class StepPrices:
             return 0
         return max(k for k in range(1, cap + 1) if rates[k] >= rates[best] * (1 - FLAT_TOLERANCE))
 
-    def draft_pass(self, key: DraftKey) -> float:
-        """What one more of `key`'s passes costs this generation, as measured."""
-        return self.draft(key.drafter, 2) - self.draft(key.drafter, 1)
-
     def pays(self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float) -> bool:
         """Whether verifying draft tokens n..m pays for some m <= cap: token n is accepted (with all
         before it) with probability path_p, later ones as the per-position estimates say (runs of
         acceptance make later positions surer than a token's own confidence tells), and tokens
-        past `paid` must still be drafted."""
-        per_pass = self.draft_pass(key)
-        return self.worth(key, path_p, n, paid, cap, rate, enough=per_pass) > per_pass
+        past `paid` must still be drafted, each pass at what a pass that deep costs."""
+        return self.worth(key, path_p, n, paid, cap, rate, charged=True) > 0
 
     def worth(
-        self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float, enough: float = math.inf
+        self, key: DraftKey, path_p: float, n: int, paid: int, cap: int, rate: float, charged: bool = False
     ) -> float:
         """Seconds of this generation's time that verifying draft tokens n..m saves (the tokens it
-        expects at `rate`, less what the wider verification costs) for each draft pass it still
-        needs (tokens past `paid`), at the best m <= cap (`pays` explains the odds); inf where it
-        saves anything without a pass. Stops looking once past `enough`."""
+        expects at `rate`, less what the wider verification costs, and if `charged` less the draft
+        passes it still needs) for each draft pass it still needs (tokens past `paid`), at the
+        best m <= cap (`pays` explains the odds); inf where it saves anything without a pass.
+        Charged, it stops looking once one m saves anything."""
         alphas = self.alphas(key.estimates, cap)
-        base = self.verify(n)
+        base, drafted = self.verify(n), self.draft(key.drafter, paid) if charged else 0.0
         best, gain, p = -math.inf, 0.0, path_p
         for m in range(n, cap + 1):
             gain += p
@@ -95,8 +91,10 @@ class StepPrices:
             if m <= paid and net > 0:
                 return math.inf
             if m > paid:
+                if charged:
+                    net -= self.draft(key.drafter, m) - drafted
                 best = max(best, net / (m - paid))
-                if best > enough:
+                if charged and best > 0:
                     return best
             p *= alphas[m] if m < cap else 0.0
         return best
