@@ -106,8 +106,8 @@ class Reading:
         if drafter not in self.waiting:
             self.waiting.add(drafter)
             notes.append(
-                f"{drafter} waited: reading {ask.catch_up.tokens} tokens first (~{reading:.1f}s) would not "
-                f"pay {READ_MARGIN:g} times over: drafting saves ~{max(saved, 0.0):.1f}s "
+                f"{drafter} waited: reading {ask.catch_up.tokens} tokens first (~{_seconds(reading)}) would "
+                f"not pay {READ_MARGIN:g} times over: drafting saves ~{_seconds(max(saved, 0.0))} "
                 f"over the ~{ask.remaining:.0f} tokens expected"
             )
         return False
@@ -130,3 +130,8 @@ class Reading:
         tokens, seconds = self.without(ask.drafter)
         now = min(costs.verify(1), seconds / tokens) if tokens > 0 else costs.verify(1)
         return ask.remaining * (now - per_token)
+
+
+def _seconds(x: float) -> str:
+    """A note's seconds: a catch-up of a few tokens reads in milliseconds, a long prompt in seconds."""
+    return f"{x:.1f}s" if x >= 1 else f"{x * 1e3:.0f} ms"
