@@ -164,6 +164,13 @@ def test_wall_clock_charges_what_was_measured_and_records_it():
     assert replay.verify(3, 0, 0.0) == 0.02 and replay.draft("draft-model", 2, 0.0) == pytest.approx(0.01)
 
 
+def test_later_passes_split_a_charge_by_depth_only_where_the_wall_is_charged():
+    """A profile prices every later pass alike: the wall's split of a simulated call would make its
+    decisions depend on the machine's noise (and a simulated run no longer repeat)."""
+    assert WallClock().later_passes([0.004, 0.003]) == [0.004, 0.003]
+    assert SimulatedClock(GpuProfile()).later_passes([0.004, 0.003]) == []
+
+
 def test_a_simulated_clock_charges_the_profile_and_keeps_its_own_time():
     gpu = GpuProfile(ratio=6)
     clock = SimulatedClock(gpu)

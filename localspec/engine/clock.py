@@ -37,6 +37,10 @@ class Clock(Protocol):
     def first_pass(self, source: str, measured: float) -> float:
         """Of a call already charged, the seconds of its first draft-model pass (nothing charged)."""
 
+    def later_passes(self, measured: list[float]) -> list[float]:
+        """Of a call already charged, its later passes' seconds as timed apart, where they tell how
+        the charge splits (nothing charged); none where the clock charges them alike."""
+
 
 @dataclass
 class WallClock:
@@ -67,6 +71,9 @@ class WallClock:
         return measured
 
     def first_pass(self, source: str, measured: float) -> float:
+        return measured
+
+    def later_passes(self, measured: list[float]) -> list[float]:
         return measured
 
 
@@ -139,6 +146,9 @@ class SimulatedClock:
 
     def first_pass(self, source: str, measured: float) -> float:
         return self.profile.draft(source, 1, self.t - self.origin)
+
+    def later_passes(self, measured: list[float]) -> list[float]:
+        return []  # a profile prices every later pass alike: the wall's split is no part of it
 
 
 @dataclass(frozen=True)

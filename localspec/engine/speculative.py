@@ -226,7 +226,12 @@ class SpeculativeEngine:
                 else None
             )
             self.controller.costs.observe_draft(
-                draft.source, draft.passes - (caught_up > 0), out.judged_s, first, draft.flat, draft.pass_s
+                draft.source,
+                draft.passes - (caught_up > 0),
+                out.judged_s,
+                first,
+                draft.flat,
+                self.clock.later_passes(draft.pass_s),
             )
         if len(draft) < floor and draft.probs is None:
             # A lookup match that runs out early: deterministic, so dropping it is exact.
