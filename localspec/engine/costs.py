@@ -75,7 +75,7 @@ class _DraftFit:
         self.pass_s = self.pass_s * DRAFT_DECAY + passes * clip(each, max(ref, 1e-7))
         if len(timed) != passes or sum(timed) <= 0:
             return
-        scale = seconds / sum(timed)  # as charged (a simulated clock charges other than the wall)
+        scale = seconds / sum(timed)  # as charged (beside other requests, what the batch paid)
         for depth, t in enumerate(timed, start=2):
             w, s = self.depths.setdefault(depth, [0.0, 0.0])
             x = t * scale if w == 0 else clip(t * scale, max(s / w, 1e-7))
