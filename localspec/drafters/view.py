@@ -112,9 +112,13 @@ class DraftView:
         # Against the cache, not the view: the cache holds the tokens the draft drafted last step,
         # and those it took the target accepted are not evaluated again (a 3-token draft accepted
         # whole leaves 2 to evaluate, not 4: counted as 4, every such step was a catch-up, its
-        # cost left out of what drafting costs).
-        tokens = [*self.tokens, *self._known(context[self.seen :])]
-        return len(tokens) - common_prefix(self.model.cached, tokens)
+        # cost left out of what drafting costs). The new tokens are matched against the cache's
+        # tail, not appended to a copy of a context thousands of tokens long (asked twice a step).
+        new, cached = self._known(context[self.seen :]), self.model.cached
+        have = common_prefix(cached, self.tokens)
+        if have == len(self.tokens):
+            have += common_prefix(cached[have:], new)
+        return len(self.tokens) + len(new) - have
 
     def catch_up(self, context: Sequence[int]) -> CatchUp | None:
         """What drafting after `context` must read first, beyond a step's usual one or two tokens

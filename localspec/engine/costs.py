@@ -88,19 +88,16 @@ class _DraftFit:
         return call, per_pass if self.passes > 0 or not self.runs_passes else call
 
     def predict(self, passes: int) -> float:
-        """A call's first pass, then each later one at its depth's figure where that depth was
+        """A call's first pass, then each later one at its depth's figure where passes were
         timed apart (past the deepest timed, the deepest's), else at the mean of all."""
         call, per_pass = self.coefficients()
         if not self.depths:
             return call + per_pass * max(passes - 1, 0)
+        # Depths are timed from 2 on without a gap (a call's later passes, in order).
         deepest = max(self.depths)
         w, s = self.depths[deepest]
-        later = sum(self._at(d) for d in range(2, min(passes, deepest) + 1))
+        later = sum(s_d / w_d for d, (w_d, s_d) in self.depths.items() if d <= passes)
         return call + later + s / w * max(passes - deepest, 0)
-
-    def _at(self, depth: int) -> float:
-        w, s = self.depths.get(depth) or (self.passes, self.pass_s)
-        return s / w if w > 0 else 0.0
 
     @property
     def w(self) -> float:
