@@ -4,6 +4,8 @@ from pathlib import Path
 
 from cli_helpers import localspec
 
+from localspec.engine.controller import TRIAL_LENGTH, TRIAL_STEPS
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -33,14 +35,20 @@ def test_ci_runs_the_readme_test_command():
 
 
 def test_the_first_command_drafts_with_the_demo_pair(tmp_path: Path):
-    """The README's first command, on a fresh cache: the demo pair is made and drafts (a count,
-    not a speed: tokens per target pass)."""
+    """The README's first command, on a fresh cache: the demo pair is made and its draft drafts
+    what the target takes. Counts, not speeds, and none that rests on a timing: how many steps
+    `auto` lets the draft draft follows the machine's timings (CI saw it pause the draft after its
+    trial on a noisy stretch), what the target accepts of a greedy draft does not. The trial is
+    owed whatever the timings say (controller.py: TRIAL_STEPS of TRIAL_LENGTH tokens)."""
     run_cmd, _ = setup_commands()
     prompt = run_cmd.split("localspec run -p ")[1].strip().strip('"')
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
-    res = localspec("run", "-p", prompt, "-n", "96", "--json", env=env, timeout=300)
+    res = localspec("run", "-p", prompt, "-n", "96", "--temp", "0", "--json", env=env, timeout=300)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["model_files"]["target"].endswith(".gguf") and "F32" in out["model_files"]["target"]
     assert out["model_files"]["draft"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
-    assert out["stats"]["mean_tokens_per_step"] > 1.5, out["stats"]
+    draft = out["stats"]["drafters"]["draft-model"]
+    assert draft["drafted"] >= TRIAL_STEPS * TRIAL_LENGTH, out["stats"]
+    # The same model quantized: greedy, the target takes most of what it drafts (0.84-0.91 seen).
+    assert draft["accepted"] >= 0.6 * draft["drafted"], out["stats"]
