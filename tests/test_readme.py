@@ -50,5 +50,5 @@ def test_the_first_command_drafts_with_the_demo_pair(tmp_path: Path):
     assert out["model_files"]["draft"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
     draft = out["stats"]["drafters"]["draft-model"]
     assert draft["drafted"] >= TRIAL_STEPS * TRIAL_LENGTH, out["stats"]
-    # The same model quantized: greedy, the target takes most of what it drafts (0.84-0.91 seen).
+    # The same model quantized: greedy, the target takes most of what it drafts (0.84-0.89 seen).
     assert draft["accepted"] >= 0.6 * draft["drafted"], out["stats"]

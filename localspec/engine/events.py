@@ -71,7 +71,7 @@ class GenerationStats:
     first_token_s: float = 0.0  # from the start of the generation (prompt included) to its first token
     elapsed_s: float = 0.0
     load_s: float = 0.0  # loading the models, where the generation waited for it (run)
-    draft_load_s: float = 0.0  # of load_s, what the draft's load added (it may load beside the target)
+    draft_load_s: float = 0.0  # of load_s, how long the draft's load outlasted the target's (docs/usage.md)
     drafters: dict[str, DrafterStats] = field(default_factory=dict)
     origins: dict[str, DrafterStats] = field(default_factory=dict)  # Draft.origin's, where given
     # The costs decisions rested on at the end (ms: a one-token target pass, one as wide as the

@@ -32,7 +32,7 @@ class Loaded:
     load_s: float
     # The event the models' llama_decode calls watch: setting it (Ctrl-C) stops even a long prompt pass.
     cancel: threading.Event
-    draft_load_s: float = 0.0  # of load_s, the draft's: what the target alone would not have waited
+    draft_load_s: float = 0.0  # of load_s, how long the draft's load outlasted the target's
     # A server's engines for requests generated at once (--parallel > 1; backend/lanes.py), over
     # sequences of the same models, and what makes their passes together. Empty: `engine` alone.
     lanes: list[SpeculativeEngine] = field(default_factory=list)
