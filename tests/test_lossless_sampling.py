@@ -63,6 +63,7 @@ from localspec.sampling.penalties import Penalties
 N_DRAWS = 8000  # the most draws a configuration gets (`draws_for`: the fewest that keep the power)
 DRAW_STEP = 500
 MIN_EXPECTED = 20
+POOLED_MIN = 1e-9  # a pooled rest of less mass is rounding, not outcomes
 FAMILY_ALPHA = 1e-3
 DETECTED_TV = 0.05
 MIN_POWER = 0.9
@@ -259,9 +260,11 @@ def exact_pairs(target: Model, prompt: list[int], params: SamplingParams) -> dic
 
 
 def _cells(exact: dict, n: int) -> tuple[list, float]:
-    """The outcomes tested one by one (expected >= MIN_EXPECTED times), and the pooled rest's mass."""
+    """The outcomes tested one by one (expected >= MIN_EXPECTED times), and the pooled rest's mass
+    (none below POOLED_MIN: what is left of a sum of floats)."""
     big = [k for k, p in exact.items() if p * n >= MIN_EXPECTED]
-    return big, 1.0 - sum(exact[k] for k in big)
+    rest = 1.0 - sum(exact[k] for k in big)
+    return big, rest if rest >= POOLED_MIN else 0.0
 
 
 def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
@@ -276,8 +279,19 @@ def chi_square_pvalue(counts: Counter, exact: dict, n: int) -> float:
 
 
 def cells_tested(exact: dict, n: int) -> int:
-    big, rest = _cells(exact, n)
-    return len(big) + (rest > 0)
+    return _cell_count(_masses(exact), n)
+
+
+def _masses(exact: dict) -> np.ndarray:
+    """The outcomes' probabilities, largest first."""
+    return -np.sort(-np.fromiter(exact.values(), dtype=float, count=len(exact)))
+
+
+def _cell_count(masses: np.ndarray, n: int) -> int:
+    """`_cells`'s count from `_masses`: a plain pair's outcomes are the vocabulary squared, and
+    sizing looks at them for every number of draws it weighs."""
+    big = int(np.count_nonzero(masses * n >= MIN_EXPECTED))
+    return big + (1.0 - float(masses[:big].sum()) >= POOLED_MIN)
 
 
 def draws_for(joint: dict, alpha: float) -> int:
@@ -286,10 +300,9 @@ def draws_for(joint: dict, alpha: float) -> int:
     power asserts then say whether that is enough). A configuration whose outcomes fit few cells
     needs fewer (a filtered one about 6,500 against a plain one's 8,000): each draw is a generation,
     and these tests are half the suite's time."""
+    masses = [_masses(d) for d in (joint, first_of(joint))]
     for n in range(DRAW_STEP, N_DRAWS, DRAW_STEP):
-        if all(
-            power_at(DETECTED_TV, cells_tested(d, n), n, alpha) >= MIN_POWER for d in (joint, first_of(joint))
-        ):
+        if all(power_at(DETECTED_TV, _cell_count(m, n), n, alpha) >= MIN_POWER for m in masses):
             return n
     return N_DRAWS
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
-
-from starlette.requests import Request
+from typing import TYPE_CHECKING, Any
 
 from localspec.server.api_error import ApiError
 from localspec.text_input import without_surrogates
+
+if TYPE_CHECKING:  # Starlette is a tenth of a second to import: `run` and `chat` never need it
+    from starlette.requests import Request
 
 DEFAULT_MAX_BODY = 8 * 2**20  # a full 128k-token context is ~0.5 MB of text
 MAX_DEPTH = 64  # tool schemas nest a few levels; a template or a grammar recurses over them
