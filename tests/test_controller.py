@@ -265,6 +265,22 @@ def test_a_plain_step_retimes_the_target_after_a_long_drafted_run():
     assert limits[REFRESH_STEPS] == 0 and limits[REFRESH_STEPS + 1] > 0 and 0 not in limits[:REFRESH_STEPS]
 
 
+def test_every_generation_s_first_token_comes_from_a_plain_step():
+    """A settled controller drafts at once mid-answer, but a new generation's first step (a chat's
+    next turn, a server's next request) is the target's alone: drafted, its first token would wait
+    for the draft's reading and passes and a wide verification."""
+    ctl = settled()
+    for _ in range(30):
+        ctl.update(MODEL, 8, 8)
+    for _ in range(3):
+        ctl.start()
+        limits = []
+        for _ in range(3):
+            limits.append(k := plan(ctl, 8).limit(MODEL, calibrated=True))
+            record(ctl, k, k + 1, 2.0 if k else 1.0)
+        assert limits[0] == 0 and limits[1] > 0 and limits[2] > 0, limits
+
+
 def test_fixed_budget_drafts_to_its_cap_and_never_below_its_floor():
     fixed = FixedBudget(5, floor=2)
     assert fixed.limit(DraftKey("anything")) == 5 and fixed.limit(MODEL, calibrated=True) == 5

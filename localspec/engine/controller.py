@@ -37,10 +37,15 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
   model promises more tokens per second (`prefers`).
 
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of the
-two, the first also paging in the weights), so the first token comes as fast as without speculation;
-so are the first two once the context reaches a length not timed yet (costs.py: a long context makes
-wide passes dearer). Decisions depend on timings, so a seeded run at temp > 0 repeats only with
---verify coupled (or in fixed mode); greedy output never depends on them."""
+two, the first also paging in the weights); so are the first two once the context reaches a length
+not timed yet (costs.py: a long context makes wide passes dearer). And the first step of every
+generation is plain, so the first token comes as fast as without speculation in a chat's later
+turns and a server's later requests too: drafted, it waited for the draft model to read the new
+prompt, for its passes and for a wide verification (the heavy testbed pair in `bench`, whose engine
+outlives a prompt: 1.45x the target alone's first token), where one plain step more costs the
+answer about a target pass less that pass's share of a drafted step. Decisions depend on timings,
+so a seeded run at temp > 0 repeats only with --verify coupled (or in fixed mode); greedy output
+never depends on them."""
 
 from __future__ import annotations
 
@@ -96,6 +101,8 @@ class AutoController:
     _since_plain: int = 0
     remaining: float = 0.0  # tokens the answer is still expected to run (plan() sets it each step)
     _steps: int = 0  # steps planned in this generation
+    _starting: bool = False  # a generation started and has planned no step yet
+    _opening: bool = False  # the step planned last is its generation's first
     reading: Reading = field(default_factory=Reading)  # whether a drafter's first read pays
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
@@ -128,7 +135,7 @@ class AutoController:
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
         self.reading.start()
-        self._steps = 0
+        self._steps, self._starting = 0, True
 
     def plan(self, cap: int, floor: int = 0, remaining: float = 0.0, shared: bool = False) -> AutoBudget:
         """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
@@ -136,6 +143,7 @@ class AutoController:
         still expected to run, which reading a long context must pay back over; `shared`: other
         generations' drafts share its draft passes (AutoBudget.offer)."""
         self.remaining, self._steps = remaining, self._steps + 1
+        self._opening, self._starting = self._starting, False
         return AutoBudget(self, self.prices(), cap, min(floor, cap), shared=shared)
 
     def limit(
@@ -144,7 +152,7 @@ class AutoController:
         """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
         st = self.gate(key.drafter)
         st.probing = False
-        if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
+        if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS or self._opening:
             return 0, 0
         if catch_up is not None and not st.benched:
             if not self.reading.pays(self._to_read(key, cap, catch_up), self._steps, self.notes):
