@@ -39,11 +39,12 @@ achieved (engine/estimates.py). Evidence comes first and is never assumed away:
 The first two steps of a fresh engine are plain ones: they time the target alone (the faster of the
 two, the first also paging in the weights); so are the first two once the context reaches a length
 not timed yet (costs.py: a long context makes wide passes dearer). And the first step of every
-generation is plain, so the first token comes as fast as without speculation in a chat's later
-turns and a server's later requests too: drafted, it waited for the draft model to read the new
-prompt, for its passes and for a wide verification (the heavy testbed pair in `bench`, whose engine
-outlives a prompt: 1.45x the target alone's first token), where one plain step more costs the
-answer about a target pass less that pass's share of a drafted step. Decisions depend on timings,
+generation drafts only what does not hold its first token back (FIRST_TOKEN_SLACK), so the first
+token comes about as fast as without speculation in a chat's later turns and a server's later
+requests too: drafted at will, it waited for the draft model to read the new prompt, for its passes
+and for a wide verification (the heavy testbed pair in `bench`, whose engine outlives a prompt:
+1.45x the target alone's first token), where one plain step more costs the answer about a target
+pass less that pass's share of a drafted step. Decisions depend on timings,
 so a seeded run at temp > 0 repeats only with --verify coupled (or in fixed mode); greedy output
 never depends on them."""
 
@@ -72,6 +73,9 @@ MAX_PROBE_INTERVAL = 64
 # many, up to 4 * MAX_PROBE_INTERVAL): an engine outlives a text (a chat, a server), early misses too.
 RECHECK_AFTER = 16
 REFRESH_STEPS = 48
+# A generation's first step drafts only what holds its first token back by at most this share of a
+# one-token pass (the draft's reading and passes and the wider verification, at measured costs).
+FIRST_TOKEN_SLACK = 0.1
 
 
 @dataclass
@@ -152,7 +156,9 @@ class AutoController:
         """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
         st = self.gate(key.drafter)
         st.probing = False
-        if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS or self._opening:
+        if self._opening:
+            cap = self._opening_cap(key, cap, catch_up)
+        if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
         if catch_up is not None and not st.benched:
             if not self.reading.pays(self._to_read(key, cap, catch_up), self._steps, self.notes):
@@ -189,6 +195,15 @@ class AutoController:
             else:
                 self._sat_out.pop(key.estimates, None)
         return min(k, cap), min(floor, cap)
+
+    def _opening_cap(self, key: DraftKey, cap: int, catch_up: CatchUp | None) -> int:
+        """The longest draft a generation's first step may verify without holding its first token
+        back by more than FIRST_TOKEN_SLACK: on a GPU a lookup's find (a wide pass costs about a
+        narrow one), on a CPU or with a draft model's reading and passes to wait for, none."""
+        prices = self.prices()
+        room = (1 + FIRST_TOKEN_SLACK) * prices.verify(1) - (self.costs.read(catch_up) if catch_up else 0.0)
+        fits = (k for k in range(1, cap + 1) if prices.draft(key.drafter, k) + prices.verify(k + 1) <= room)
+        return max(fits, default=0)
 
     def _to_read(self, key: DraftKey, cap: int, catch_up: CatchUp) -> ToRead:
         """What `key` must read before drafting, with its acceptance so far (where it has drafted
