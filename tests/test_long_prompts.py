@@ -44,6 +44,13 @@ def drafts(ctl: AutoController, catch_up: CatchUp, remaining: float) -> int:
     return ctl.plan(8, 0, remaining).limit(MODEL, calibrated=True, catch_up=catch_up)
 
 
+def next_turn(ctl: AutoController, catch_up: CatchUp, remaining: float) -> None:
+    """A chat's next turn begins: its first step drafts nothing that would hold its first token
+    back (a draft's reading least of all), and the reading is weighed from the second step on."""
+    ctl.start()
+    assert drafts(ctl, catch_up, remaining) == 0
+
+
 # A draft reading a token at a tenth of the target's cost (the heavy testbed pair), and one nearly
 # as dear as its target (the demo pair: the same model, quantized).
 CHEAP, DEAR = PROMPT_TOKEN_S / 10, PROMPT_TOKEN_S * 0.8
@@ -62,7 +69,7 @@ def test_a_short_answer_cannot_pay_for_reading_and_the_draft_waits_with_one_note
     assert len(ctl.notes) == 1 and ctl.notes[0].startswith(
         "draft-model waited: reading 1000 tokens first (~5.0s)"
     )
-    ctl.start()  # the next generation says so again
+    next_turn(ctl, CatchUp(1000, CHEAP), remaining=10)  # the next generation says so again
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=10) == 0 and len(ctl.notes) == 2
 
 
@@ -84,7 +91,7 @@ def test_reading_must_beat_what_decoding_reaches_without_it_not_the_target_alone
     assert ctl.notes[-1].startswith("draft-model waited")
     # The next turn of a chat starts from the target alone's rate: the last turn's (the draft
     # model's own drafting, as often as not) says nothing of what this one reaches without it.
-    ctl.start()
+    next_turn(ctl, CatchUp(1000, CHEAP), remaining=128)
     assert drafts(ctl, CatchUp(1000, CHEAP), remaining=128) == 8
 
 
