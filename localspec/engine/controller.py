@@ -44,9 +44,8 @@ token comes about as fast as without speculation in a chat's later turns and a s
 requests too: drafted at will, it waited for the draft model to read the new prompt, for its passes
 and for a wide verification (the heavy testbed pair in `bench`, whose engine outlives a prompt:
 1.45x the target alone's first token), where one plain step more costs the answer about a target
-pass less that pass's share of a drafted step. Decisions depend on timings,
-so a seeded run at temp > 0 repeats only with --verify coupled (or in fixed mode); greedy output
-never depends on them."""
+pass less that pass's share of a drafted step. Decisions depend on timings, so a seeded run at
+temp > 0 repeats only with --verify coupled (or in fixed mode); greedy output never depends on them."""
 
 from __future__ import annotations
 
@@ -105,8 +104,7 @@ class AutoController:
     _since_plain: int = 0
     remaining: float = 0.0  # tokens the answer is still expected to run (plan() sets it each step)
     _steps: int = 0  # steps planned in this generation
-    _starting: bool = False  # a generation started and has planned no step yet
-    _opening: bool = False  # the step planned last is its generation's first
+    _started: bool = False  # start() has begun a generation (a bare controller's steps have none)
     reading: Reading = field(default_factory=Reading)  # whether a drafter's first read pays
     # Lookup match lengths sitting out: matches since the last recheck, and the interval.
     _sat_out: dict[str, list[int]] = field(default_factory=dict)
@@ -139,7 +137,7 @@ class AutoController:
     def start(self) -> None:
         """A generation starts: a drafter that waited to read in the last one is judged anew."""
         self.reading.start()
-        self._steps, self._starting = 0, True
+        self._steps, self._started = 0, True
 
     def plan(self, cap: int, floor: int = 0, remaining: float = 0.0, shared: bool = False) -> AutoBudget:
         """A step's budget: drafters ask it how far to draft; it keeps which drafter it let draft
@@ -147,7 +145,6 @@ class AutoController:
         still expected to run, which reading a long context must pay back over; `shared`: other
         generations' drafts share its draft passes (AutoBudget.offer)."""
         self.remaining, self._steps = remaining, self._steps + 1
-        self._opening, self._starting = self._starting, False
         return AutoBudget(self, self.prices(), cap, min(floor, cap), shared=shared)
 
     def limit(
@@ -156,7 +153,7 @@ class AutoController:
         """(the most tokens `key` may draft this step, how many it must draft unconditionally)."""
         st = self.gate(key.drafter)
         st.probing = False
-        if self._opening:
+        if self._started and self._steps == 1:  # the generation's first step
             cap = self._opening_cap(key, cap, catch_up)
         if cap < 1 or not self.costs.anchored or self._since_plain >= REFRESH_STEPS:
             return 0, 0
